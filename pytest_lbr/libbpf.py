@@ -12,6 +12,9 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ctypes import (
     POINTER,
     Structure,
@@ -31,7 +34,9 @@ __all__ = [
     "LibbpfMissing",
     "bpf_prog_info",
     "check_int",
+    "bpf_test_run_opts",
     "check_ptr",
+    "libbpf_messages",
     "lib",
     "prog_info",
 ]
@@ -74,7 +79,8 @@ def _load() -> ctypes.CDLL:
         return ctypes.CDLL(name, use_errno=True)
     except OSError as exc:
         raise LibbpfMissing(
-            errno.ENOENT, f"cannot load libbpf ({name}): {exc}; install libbpf1 (apt-get install libbpf1)"
+            errno.ENOENT,
+            f"cannot load libbpf ({name}): {exc}; install libbpf1 (apt-get install libbpf1)",
         ) from None
 
 
@@ -164,6 +170,46 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "libbpf_major_version", c_uint32)
     _proto(cdll, "libbpf_minor_version", c_uint32)
     _proto(cdll, "libbpf_strerror", c_int, c_int, c_char_p, c_size_t)
+    # Objects, programs and maps (pytest_lbr.bpf).
+    _proto(cdll, "bpf_object__open_file", c_void_p, c_char_p, c_void_p)
+    _proto(cdll, "bpf_object__load", c_int, c_void_p)
+    _proto(cdll, "bpf_object__close", None, c_void_p)
+    _proto(cdll, "bpf_object__next_program", c_void_p, c_void_p, c_void_p)
+    _proto(cdll, "bpf_object__next_map", c_void_p, c_void_p, c_void_p)
+    _proto(cdll, "bpf_program__name", c_char_p, c_void_p)
+    _proto(cdll, "bpf_program__fd", c_int, c_void_p)
+    _proto(cdll, "bpf_program__type", c_int, c_void_p)
+    _proto(cdll, "libbpf_bpf_prog_type_str", c_char_p, c_int)
+    _proto(cdll, "bpf_map__name", c_char_p, c_void_p)
+    _proto(cdll, "bpf_map__fd", c_int, c_void_p)
+    _proto(cdll, "bpf_map__type", c_int, c_void_p)
+    _proto(cdll, "bpf_map__key_size", c_uint32, c_void_p)
+    _proto(cdll, "bpf_map__value_size", c_uint32, c_void_p)
+    _proto(cdll, "bpf_map__max_entries", c_uint32, c_void_p)
+    _proto(cdll, "bpf_map_lookup_elem", c_int, c_int, c_void_p, c_void_p)
+    _proto(cdll, "bpf_map_update_elem", c_int, c_int, c_void_p, c_void_p, c_uint64)
+    _proto(cdll, "bpf_map_delete_elem", c_int, c_int, c_void_p)
+    _proto(cdll, "bpf_map_get_next_key", c_int, c_int, c_void_p, c_void_p)
+    _proto(cdll, "bpf_prog_test_run_opts", c_int, c_int, c_void_p)
+    # Attaching the LBR tracer and reading its ring buffer (pytest_lbr.capture.hooks).
+    _proto(cdll, "bpf_object__find_program_by_name", c_void_p, c_void_p, c_char_p)
+    _proto(cdll, "bpf_object__find_map_by_name", c_void_p, c_void_p, c_char_p)
+    _proto(cdll, "bpf_program__set_autoload", c_int, c_void_p, ctypes.c_bool)
+    _proto(cdll, "bpf_program__set_attach_target", c_int, c_void_p, c_int, c_char_p)
+    _proto(cdll, "bpf_program__attach_trace", c_void_p, c_void_p)
+    _proto(cdll, "bpf_program__attach_kprobe_opts", c_void_p, c_void_p, c_char_p, c_void_p)
+    _proto(cdll, "bpf_program__attach_kprobe_multi_opts", c_void_p, c_void_p, c_char_p, c_void_p)
+    ptr = c_void_p
+    _proto(cdll, "bpf_program__attach_tracepoint_opts", ptr, ptr, c_char_p, c_char_p, ptr)
+    _proto(cdll, "bpf_program__attach_uprobe_opts", ptr, ptr, c_int, c_char_p, c_size_t, ptr)
+    _proto(cdll, "bpf_link__fd", c_int, c_void_p)
+    _proto(cdll, "bpf_link__destroy", c_int, c_void_p)
+    _proto(cdll, "bpf_map__reuse_fd", c_int, c_void_p, c_int)
+    _proto(cdll, "bpf_map__set_initial_value", c_int, c_void_p, c_void_p, c_size_t)
+    _proto(cdll, "ring_buffer__new", c_void_p, c_int, c_void_p, c_void_p, c_void_p)
+    _proto(cdll, "ring_buffer__poll", c_int, c_void_p, c_int)
+    _proto(cdll, "ring_buffer__consume", c_int, c_void_p)
+    _proto(cdll, "ring_buffer__free", None, c_void_p)
 
 
 #: The libbpf handle: `lib.bpf_prog_get_fd_by_id(7)`. Loaded on first use.
@@ -186,5 +232,86 @@ def prog_info(fd: int, **arrays: tuple[str, int, Any]) -> tuple[bpf_prog_info, d
         bufs[field] = buf
         setattr(info, field, ctypes.addressof(buf))
         setattr(info, count_field, count)
-    check_int(lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "bpf_obj_get_info_by_fd")
+    check_int(
+        lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)),
+        "bpf_obj_get_info_by_fd",
+    )
     return info, bufs
+
+
+class bpf_test_run_opts(Structure):  # noqa: N801 -- libbpf name
+    """`struct bpf_test_run_opts` from libbpf's bpf.h (libbpf 1.1 layout)."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("data_in", c_void_p),
+        ("data_out", c_void_p),
+        ("data_size_in", c_uint32),
+        ("data_size_out", c_uint32),
+        ("ctx_in", c_void_p),
+        ("ctx_out", c_void_p),
+        ("ctx_size_in", c_uint32),
+        ("ctx_size_out", c_uint32),
+        ("retval", c_uint32),
+        ("repeat", c_int),
+        ("duration", c_uint32),
+        ("flags", c_uint32),
+        ("cpu", c_uint32),
+        ("batch_size", c_uint32),
+    ]
+
+
+# libbpf_set_print() is process-wide: one lock serialises the sections that
+# redirect it, and the callback object stays referenced while libbpf holds it.
+_PRINT_FN = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
+_print_lock = threading.Lock()
+_print_sink: list[str] | None = None
+_LIBBPF_INFO = 1  # enum libbpf_print_level: WARN 0, INFO 1, DEBUG 2 (dropped)
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None)
+    libc.vasprintf.restype = c_int
+    libc.vasprintf.argtypes = [POINTER(c_char_p), c_char_p, c_void_p]
+    libc.free.restype = None
+    libc.free.argtypes = [c_void_p]
+    return libc
+
+
+def _on_print(level: int, fmt: bytes | None, args: int | None) -> int:
+    # On x86-64 a va_list parameter is a pointer to the caller's va_list
+    # state, so it can be handed on to vasprintf as is (which also sizes the
+    # output: the verifier log arrives as one "%s" of up to 16 MiB).
+    sink = _print_sink
+    if sink is None or fmt is None or level > _LIBBPF_INFO:
+        return 0
+    out = ctypes.c_void_p()
+    n = _LIBC.vasprintf(ctypes.cast(ctypes.byref(out), POINTER(c_char_p)), fmt, args)
+    if n >= 0 and out.value:
+        sink.append(ctypes.string_at(out.value, n).decode("utf-8", "replace"))
+        _LIBC.free(out.value)
+    return 0
+
+
+_LIBC = _libc()
+_print_cb = _PRINT_FN(_on_print)
+
+
+@contextmanager
+def libbpf_messages() -> Iterator[list[str]]:
+    """Collect libbpf's warnings and info messages (the verifier log among them) instead of
+    printing them to stderr, for the duration of the block.
+
+    The yielded list fills with one string per message; the previous print
+    callback is restored on exit.
+    """
+    global _print_sink
+    with _print_lock:
+        sink: list[str] = []
+        _print_sink = sink
+        old = lib.libbpf_set_print(ctypes.cast(_print_cb, c_void_p))
+        try:
+            yield sink
+        finally:
+            lib.libbpf_set_print(old)
+            _print_sink = None
