@@ -35,4 +35,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         if item.get_closest_marker("allow_skip") is None:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
             report.outcome = "failed"
-            report.longrepr = f"kernel test skipped inside the guest (PYTEST_LBR_STRICT=1): {reason}"
+            report.longrepr = (
+                f"kernel test skipped inside the guest (PYTEST_LBR_STRICT=1): {reason}"
+            )

@@ -128,4 +128,6 @@ def _parse_prog(text: str, rest: str) -> Target:
         return Target("prog", text, prog_tag=tag)
     if how == "pinned":
         return Target("prog", text, pin_path=value)
-    raise TargetError(f"bad target {text!r}: expected prog:ID, prog:name:, prog:tag: or prog:pinned:")
+    raise TargetError(
+        f"bad target {text!r}: expected prog:ID, prog:name:, prog:tag: or prog:pinned:"
+    )

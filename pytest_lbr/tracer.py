@@ -1,9 +1,9 @@
 """`Tracer`: the object behind the `lbr` fixture, usable without pytest too.
 
-    tracer = Tracer(backend="auto")
-    with tracer.trace("kfunc:vfs_write") as trace:
-        os.write(fd, b"x")
-    assert trace.called("write_null")
+tracer = Tracer(backend="auto")
+with tracer.trace("kfunc:vfs_write") as trace:
+    os.write(fd, b"x")
+assert trace.called("write_null")
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ class Tracer:
         return self._resolve().reason
 
     @contextmanager
-    def trace(self, *targets: Any, backend: str | None = None, filter: str | None = None) -> Iterator[Trace]:
+    def trace(
+        self, *targets: Any, backend: str | None = None, filter: str | None = None
+    ) -> Iterator[Trace]:
         """Arm on `targets` for the duration of the block, yield the `Trace`.
 
         The trace is empty inside the block and complete after it; every kernel

@@ -96,16 +96,34 @@ def kvm_usable(kernel: Path, timeout: float = 20.0) -> tuple[bool, str]:
         return bool(saved["usable"]), str(saved["why"])
     except (OSError, ValueError, KeyError):
         pass
-    cmd = [qemu, "-enable-kvm", "-cpu", "host", "-m", "256", "-nographic", "-no-reboot",
-           "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1"]
+    cmd = [
+        qemu,
+        "-enable-kvm",
+        "-cpu",
+        "host",
+        "-m",
+        "256",
+        "-nographic",
+        "-no-reboot",
+        "-kernel",
+        str(kernel),
+        "-append",
+        "console=ttyS0 panic=-1",
+    ]
     try:
         out = subprocess.run(cmd, capture_output=True, timeout=timeout, text=True, errors="replace")
         text = out.stdout + out.stderr
     except subprocess.TimeoutExpired as exc:
         text = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
     usable = "Linux version" in text
-    why = "KVM boots a stock kernel" if usable else (
-        "KVM cannot boot a stock kernel here: " + (text.strip().splitlines() or ["no output"])[0])
+    why = (
+        "KVM boots a stock kernel"
+        if usable
+        else (
+            "KVM cannot boot a stock kernel here: "
+            + (text.strip().splitlines() or ["no output"])[0]
+        )
+    )
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"usable": usable, "why": why}))
     return usable, why
@@ -168,9 +186,29 @@ def build_command(
     lbr_why = "TCG guest: no PMU, so no LBR"
     if kvm:
         qemu_opts, lbr_why = lbr_passthrough_opts()
-    guest = [sys.executable, "-m", "pytest_lbr.vm", "guest", "--results", str(results), "--", *pytest_args]
-    cmd = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus),
-           "--rwdir", str(results), "--rwdir", "/tmp"]
+    guest = [
+        sys.executable,
+        "-m",
+        "pytest_lbr.vm",
+        "guest",
+        "--results",
+        str(results),
+        "--",
+        *pytest_args,
+    ]
+    cmd = [
+        vng,
+        "--run",
+        str(kernel),
+        "--memory",
+        memory,
+        "--cpus",
+        str(cpus),
+        "--rwdir",
+        str(results),
+        "--rwdir",
+        "/tmp",
+    ]
     if not kvm:
         cmd.append("--disable-kvm")
     if qemu_opts:
@@ -196,8 +234,14 @@ def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 180.0
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     start = time.monotonic()
     with open(console_path, "wb") as console:
-        proc = subprocess.Popen(plan.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            plan.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
         why = ""
@@ -227,8 +271,9 @@ def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 180.0
         return int(status_file.read_text().strip() or EXIT_NO_GUEST)
     if not why:
         started = (plan.results / STARTED).exists()
-        why = (f"guest exited (vng status {proc.returncode}) without reporting pytest's status: "
-               + ("it panicked or was killed mid-run" if started else "it failed to boot"))
+        why = f"guest exited (vng status {proc.returncode}) without reporting pytest's status: " + (
+            "it panicked or was killed mid-run" if started else "it failed to boot"
+        )
     tail = console_path.read_bytes().decode(errors="replace").strip().splitlines()[-15:]
     raise VmError(f"{plan.kernel.name}: {why}; console in {console_path}:\n  " + "\n  ".join(tail))
 
@@ -278,10 +323,22 @@ def guest_main(results: Path, pytest_args: list[str]) -> int:
     _mount("bpf", "/sys/fs/bpf")
     _mount("tracefs", "/sys/kernel/tracing")
     _mount("debugfs", "/sys/kernel/debug")
-    env = dict(os.environ, PYTEST_LBR_GUEST="1", PYTEST_LBR_STRICT="1",
-               PYTHONDONTWRITEBYTECODE="1", PYTEST_LBR_RESULTS=str(results))
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-           f"--junitxml={results / 'junit.xml'}", *pytest_args]
+    env = dict(
+        os.environ,
+        PYTEST_LBR_GUEST="1",
+        PYTEST_LBR_STRICT="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTEST_LBR_RESULTS=str(results),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={results / 'junit.xml'}",
+        *pytest_args,
+    ]
     print(f"[guest {platform.release()}] {shlex.join(cmd)}", flush=True)
     status = subprocess.run(cmd, env=env, check=False).returncode
     dmesg = subprocess.run(["dmesg"], capture_output=True, check=False)
@@ -299,11 +356,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="boot a kernel and run pytest in it")
     run.add_argument("--kernel", required=True, help="6.1, 6.12 or a kernel image path")
-    run.add_argument("--results", type=Path, help="results dir (default: results/<kernel image name>)")
+    run.add_argument(
+        "--results", type=Path, help="results dir (default: results/<kernel image name>)"
+    )
     run.add_argument("--memory", default="2G")
     run.add_argument("--cpus", type=int, default=2)
     run.add_argument("--timeout", type=float, default=1500.0, help="whole-run limit, seconds")
-    run.add_argument("--boot-timeout", type=float, default=180.0, help="limit for the guest to start")
+    run.add_argument(
+        "--boot-timeout", type=float, default=180.0, help="limit for the guest to start"
+    )
     run.add_argument("--append", default="", help="extra kernel command line")
     accel = run.add_mutually_exclusive_group()
     accel.add_argument("--kvm", dest="kvm", action="store_true", default=None, help="force KVM")
@@ -320,8 +381,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         kernel = resolve_kernel(args.kernel)
         results = (args.results or REPO / "results" / kernel.name).resolve()
-        plan = build_command(kernel, results, args.pytest_args, memory=args.memory,
-                             cpus=args.cpus, kvm=args.kvm, append=args.append)
+        plan = build_command(
+            kernel,
+            results,
+            args.pytest_args,
+            memory=args.memory,
+            cpus=args.cpus,
+            kvm=args.kvm,
+            append=args.append,
+        )
         if args.dry_run:
             print(shlex.join(plan.command))
             return 0
@@ -333,10 +401,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     junit = results / "junit.xml"
     if junit.exists():
         s = summarize_junit(junit)
-        print(f"[vm] {kernel.name}: kernel tests ran in the guest: {s.kernel_ran} passed, "
-              f"{s.kernel_failed} failed, {s.kernel_skipped} skipped; "
-              f"other tests: {s.other_ran} passed, {s.other_failed} failed, {s.other_skipped} skipped",
-              flush=True)
+        print(
+            f"[vm] {kernel.name}: kernel tests ran in the guest: {s.kernel_ran} passed, "
+            f"{s.kernel_failed} failed, {s.kernel_skipped} skipped; "
+            f"other tests: {s.other_ran} passed, {s.other_failed} failed, {s.other_skipped} skipped",
+            flush=True,
+        )
     return status
 
 
