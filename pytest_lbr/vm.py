@@ -175,6 +175,7 @@ def build_command(
     cpus: int = 2,
     kvm: bool | None = None,
     append: str = "",
+    rw: Sequence[Path] = (),
 ) -> VmPlan:
     """The vng command line that runs pytest in the guest."""
     vng = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
@@ -209,6 +210,8 @@ def build_command(
         "--rwdir",
         "/tmp",
     ]
+    for path in rw:
+        cmd += ["--rwdir", str(path)]
     if not kvm:
         cmd.append("--disable-kvm")
     if qemu_opts:
@@ -366,6 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--boot-timeout", type=float, default=180.0, help="limit for the guest to start"
     )
     run.add_argument("--append", default="", help="extra kernel command line")
+    run.add_argument(
+        "--rw",
+        type=Path,
+        action="append",
+        default=[],
+        help="also make this host directory writable in the guest (e.g. to update golden files)",
+    )
     accel = run.add_mutually_exclusive_group()
     accel.add_argument("--kvm", dest="kvm", action="store_true", default=None, help="force KVM")
     accel.add_argument("--tcg", dest="kvm", action="store_false", help="force TCG (no KVM)")
