@@ -399,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cpus=args.cpus,
             kvm=args.kvm,
             append=args.append,
+            rw=[p.resolve() for p in args.rw],
         )
         if args.dry_run:
             print(shlex.join(plan.command))
