@@ -157,6 +157,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_prog_get_fd_by_id", c_int, c_uint32)
     _proto(cdll, "bpf_prog_get_next_id", c_int, c_uint32, POINTER(c_uint32))
     _proto(cdll, "bpf_obj_get", c_int, c_char_p)
+    _proto(cdll, "bpf_obj_pin", c_int, c_int, c_char_p)
     _proto(cdll, "btf__load_from_kernel_by_id", c_void_p, c_uint32)
     _proto(cdll, "btf__load_vmlinux_btf", c_void_p)
     _proto(cdll, "btf__free", None, c_void_p)
@@ -232,6 +233,10 @@ def prog_info(fd: int, **arrays: tuple[str, int, Any]) -> tuple[bpf_prog_info, d
         bufs[field] = buf
         setattr(info, field, ctypes.addressof(buf))
         setattr(info, count_field, count)
+        # func_info / line_info / jited_line_info: the kernel rejects a record
+        # size other than its own (EINVAL), so say which one we expect.
+        if hasattr(info, f"{field}_rec_size"):
+            setattr(info, f"{field}_rec_size", ctypes.sizeof(ctype))
     check_int(
         lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)),
         "bpf_obj_get_info_by_fd",

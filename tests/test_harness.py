@@ -73,7 +73,7 @@ def kallsyms_names() -> set[str]:
 
 
 def test_load_lists_programs_and_maps(obj):
-    assert set(obj.programs) == {"xdp_helpers", "xdp_cpu"}
+    assert set(obj.programs) == {"xdp_helpers", "xdp_cpu", "xdp_pass_with_a_long_name"}
     assert set(obj.maps) == {"counts", "last"}
     prog = obj.programs["xdp_helpers"]
     assert prog.name == "xdp_helpers"

@@ -76,4 +76,11 @@ int xdp_cpu(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
+/* Longer than the kernel's 15-byte program name: only BTF knows it whole. */
+SEC("xdp")
+int xdp_pass_with_a_long_name(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
+
 char LICENSE[] SEC("license") = "GPL";

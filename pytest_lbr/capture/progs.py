@@ -1,0 +1,307 @@
+"""Resolve BPF program targets (fd, id, name, tag, pin) to live kernel programs.
+
+`resolve_program(target)` turns a parsed "prog" `Target` into a `ProgramRef`
+that owns its own fd (so the program stays loaded while it is traced) and
+knows the names the kernel shows for it: `ksym` as in /proc/kallsyms and the
+BTF names of its functions (main program first, then subprograms).
+`list_programs()` describes every loaded program.
+
+Every failure is a `TargetError` whose message is one actionable line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import weakref
+from collections.abc import Iterator
+from ctypes import Structure, c_uint8, c_uint32
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_lbr.libbpf import BPF_TAG_SIZE, BpfError, lib, prog_info
+from pytest_lbr.targets import Target, TargetError, parse_target
+
+__all__ = ["ProgramInfo", "ProgramRef", "list_programs", "resolve_program"]
+
+# The kernel keeps BPF_OBJ_NAME_LEN - 1 bytes of a program's name.
+_KERNEL_NAME_MAX = 15
+# How many candidate names an error message lists before "...".
+_LIST_MAX = 12
+
+
+class _bpf_func_info(Structure):  # noqa: N801 -- uapi name
+    _fields_ = [("insn_off", c_uint32), ("type_id", c_uint32)]
+
+
+class _btf_type(Structure):  # noqa: N801 -- uapi name (prefix of struct btf_type)
+    _fields_ = [("name_off", c_uint32), ("info", c_uint32)]
+
+
+@dataclass
+class ProgramInfo:
+    """What the kernel tells about one loaded BPF program.
+
+    `name` is the kernel's (at most 15 bytes); `functions` are the BTF names
+    of the program's functions, main program first (empty without BTF);
+    `ksym` is the main program's symbol in /proc/kallsyms,
+    ``bpf_prog_<tag>_<name>``; `ksyms` has one symbol per function.
+    `type` is libbpf's name of the program type ("xdp", "tracing", ...).
+    """
+
+    id: int
+    name: str
+    tag: str
+    type: str
+    type_id: int
+    ksym: str
+    ksyms: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()
+
+    @property
+    def display_name(self) -> str:
+        """The full function name when BTF has it, else the kernel's name."""
+        return self.functions[0] if self.functions else self.name
+
+
+@dataclass(eq=False)
+class ProgramRef(ProgramInfo):
+    """A live BPF program: `ProgramInfo` plus an fd this object owns.
+
+    Close it (or use it as a context manager) to drop the reference; a
+    forgotten ref is closed by a `weakref.finalize` backstop.
+    """
+
+    fd: int = -1
+    _finalizer: weakref.finalize | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.fd >= 0:
+            self._finalizer = weakref.finalize(self, os.close, self.fd)
+
+    def close(self) -> None:
+        """Close the owned fd (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self.fd = -1
+
+    def __enter__(self) -> ProgramRef:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _btf_function_names(btf_id: int, func_info: ctypes.Array[_bpf_func_info]) -> tuple[str, ...]:
+    btf = lib.btf__load_from_kernel_by_id(btf_id)
+    if not btf:  # BTF gone or unreadable: names are a nicety, not a requirement
+        return ()
+    try:
+        names = []
+        for rec in func_info:
+            t = lib.btf__type_by_id(btf, rec.type_id)
+            if not t:
+                return ()
+            name = lib.btf__str_by_offset(btf, _btf_type.from_address(t).name_off)
+            names.append(name.decode() if name else "")
+        return tuple(names)
+    finally:
+        lib.btf__free(btf)
+
+
+def _describe(fd: int) -> ProgramInfo:
+    """ProgramInfo for a program fd (raises BpfError)."""
+    info, _ = prog_info(fd)
+    n_funcs = info.nr_func_info if info.btf_id else 0
+    n_tags = info.nr_prog_tags
+    arrays: dict[str, tuple[str, int, Any]] = {
+        "prog_tags": ("nr_prog_tags", n_tags, c_uint8 * BPF_TAG_SIZE)
+    }
+    if n_funcs:
+        arrays["func_info"] = ("nr_func_info", n_funcs, _bpf_func_info)
+    info2, bufs = prog_info(fd, **arrays)
+    functions = _btf_function_names(info.btf_id, bufs["func_info"]) if n_funcs else ()
+    tag = bytes(info.tag).hex()
+    name = info.name.decode(errors="replace")
+    # The kernel names a JITed program after its BTF function when it has one,
+    # else after its (truncated) name: kernel/bpf/core.c bpf_get_prog_name().
+    main = functions[0] if functions else name
+    ksym = f"bpf_prog_{tag}_{main}" if main else f"bpf_prog_{tag}"
+    # Subprograms get their own tag and symbol; the main program's symbol
+    # uses the program's tag (prog_tags[0] is func[0]'s, which kallsyms never shows).
+    tags = [bytes(t).hex() for t in bufs["prog_tags"][: min(info2.nr_prog_tags, n_tags)]]
+    ksyms: tuple[str, ...] = (ksym,)
+    if len(tags) > 1 and len(tags) == len(functions):
+        ksyms += tuple(f"bpf_prog_{t}_{f}" for t, f in zip(tags[1:], functions[1:], strict=True))
+    type_name = lib.libbpf_bpf_prog_type_str(info.type)
+    return ProgramInfo(
+        id=info.id,
+        name=name,
+        tag=tag,
+        type=type_name.decode() if type_name else str(info.type),
+        type_id=info.type,
+        ksym=ksym,
+        ksyms=ksyms,
+        functions=functions,
+    )
+
+
+def _ref(fd: int, spec: str) -> ProgramRef:
+    """A ProgramRef owning `fd` (closed on failure)."""
+    try:
+        pi = _describe(fd)
+    except BpfError as exc:
+        os.close(fd)
+        raise TargetError(f"{spec}: cannot read the program's info: {exc.strerror}") from None
+    return ProgramRef(fd=fd, **{k: getattr(pi, k) for k in ProgramInfo.__dataclass_fields__})
+
+
+def _errno_of(ret: int) -> int:
+    return -ret if ret != -1 else (ctypes.get_errno() or errno.EPERM)
+
+
+def _fd_kind(fd: int) -> str:
+    """What an fd is: "anon_inode:bpf-prog" for a program, "anon_inode:bpf-map" ..."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def _ids() -> Iterator[int]:
+    cur = c_uint32(0)
+    nxt = c_uint32(0)
+    while True:
+        ret = lib.bpf_prog_get_next_id(cur.value, ctypes.byref(nxt))
+        if ret < 0:
+            err = _errno_of(ret)
+            if err == errno.ENOENT:
+                return
+            raise TargetError(
+                f"listing BPF programs failed: {os.strerror(err)} (it needs root: CAP_SYS_ADMIN)"
+            )
+        cur.value = nxt.value
+        yield nxt.value
+
+
+def _open_id(prog_id: int, spec: str) -> int:
+    fd = lib.bpf_prog_get_fd_by_id(prog_id)
+    if fd < 0:
+        err = _errno_of(fd)
+        if err == errno.ENOENT:
+            raise TargetError(
+                f"{spec}: no BPF program with id {prog_id} is loaded (see bpftool prog)"
+            )
+        if err == errno.EPERM:
+            raise TargetError(f"{spec}: opening BPF program {prog_id} needs root (CAP_SYS_ADMIN)")
+        raise TargetError(f"{spec}: cannot open BPF program {prog_id}: {os.strerror(err)}")
+    return fd
+
+
+def _each_program() -> Iterator[tuple[int, ProgramInfo]]:
+    """(fd, info) for every loaded program; the caller owns (and closes) each fd."""
+    for prog_id in _ids():
+        fd = lib.bpf_prog_get_fd_by_id(prog_id)
+        if fd < 0:  # unloaded since we saw its id
+            continue
+        try:
+            pi = _describe(fd)
+        except BpfError:
+            os.close(fd)
+            continue
+        yield fd, pi
+
+
+def list_programs() -> list[ProgramInfo]:
+    """Every loaded BPF program, by increasing id (needs root)."""
+    out = []
+    for fd, pi in _each_program():
+        os.close(fd)
+        out.append(pi)
+    return out
+
+
+def _names_match(pi: ProgramInfo, name: str) -> bool:
+    if name in (pi.name, pi.display_name):
+        return True
+    # Without BTF the kernel only knows the first 15 bytes of a long name.
+    return len(name) > _KERNEL_NAME_MAX and name[:_KERNEL_NAME_MAX] == pi.name
+
+
+def _pick_many_error(spec: str, what: str, ids: list[int]) -> TargetError:
+    listed = ", ".join(str(i) for i in ids)
+    return TargetError(
+        f"{spec}: {len(ids)} loaded BPF programs have this {what} (ids {listed}); "
+        "pass one as 'prog:ID'"
+    )
+
+
+def _by(spec: str, what: str, value: str) -> ProgramRef:
+    found: list[tuple[int, ProgramInfo]] = []
+    seen: list[ProgramInfo] = []
+    try:
+        for fd, pi in _each_program():
+            hit = _names_match(pi, value) if what == "name" else pi.tag == value
+            if hit:
+                found.append((fd, pi))
+            else:
+                os.close(fd)
+                seen.append(pi)
+        if len(found) == 1:
+            return _ref(found.pop()[0], spec)
+        if found:
+            raise _pick_many_error(spec, what, [pi.id for _, pi in found])
+    finally:
+        for fd, _ in found:
+            os.close(fd)
+    if not seen:
+        raise TargetError(f"{spec}: no BPF program is loaded at all")
+    names = sorted({p.display_name if what == "name" else p.tag for p in seen})
+    shown = ", ".join(names[:_LIST_MAX]) + (", ..." if len(names) > _LIST_MAX else "")
+    raise TargetError(f"{spec}: no loaded BPF program has this {what}; loaded: {shown}")
+
+
+def _from_fd(fd: int, spec: str) -> ProgramRef:
+    kind = _fd_kind(fd)
+    if not kind:
+        raise TargetError(f"{spec}: fd {fd} is not open in this process")
+    if kind != "anon_inode:bpf-prog":
+        raise TargetError(f"{spec}: fd {fd} is not a BPF program (it is {kind})")
+    return _ref(os.dup(fd), spec)
+
+
+def _from_pin(path: str, spec: str) -> ProgramRef:
+    fd = lib.bpf_obj_get(os.fsencode(path))
+    if fd < 0:
+        err = _errno_of(fd)
+        if err == errno.ENOENT:
+            raise TargetError(f"{spec}: nothing is pinned at {path} (is bpffs mounted there?)")
+        raise TargetError(f"{spec}: cannot open pinned object {path}: {os.strerror(err)}")
+    kind = _fd_kind(fd)
+    if kind != "anon_inode:bpf-prog":
+        os.close(fd)
+        what = kind.removeprefix("anon_inode:") or "not a program"
+        raise TargetError(f"{spec}: {path} is pinned but is not a BPF program ({what})")
+    return _ref(fd, spec)
+
+
+def resolve_program(target: Target | object) -> ProgramRef:
+    """The live program a "prog" target names, with its own fd (close it when done).
+
+    Accepts a parsed `Target` or anything `parse_target` accepts.
+    """
+    t = target if isinstance(target, Target) else parse_target(target)
+    if t.kind != "prog":
+        raise TargetError(f"{t.spec}: not a BPF program target (kind {t.kind!r})")
+    if t.prog_fd is not None:
+        return _from_fd(t.prog_fd, t.spec)
+    if t.prog_id is not None:
+        return _ref(_open_id(t.prog_id, t.spec), t.spec)
+    if t.prog_name is not None:
+        return _by(t.spec, "name", t.prog_name)
+    if t.prog_tag is not None:
+        return _by(t.spec, "tag", t.prog_tag.lower())
+    if t.pin_path is not None:
+        return _from_pin(t.pin_path, t.spec)
+    raise TargetError(f"{t.spec}: a prog target needs an fd, id, name, tag or pinned path")
