@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * LBR tracer: one program per hook kind.  Each takes the branch snapshot
+ * first, then filters by process and ships one struct lbr_hit through a ring
+ * buffer.  User space (pytest_lbr/capture/hooks.py) loads one object for the
+ * kprobe/tracepoint/uprobe kinds and one per fentry/fexit target (their
+ * attach target is fixed at load time); all share the ring buffer, the
+ * snapshot slots (.bss) and the lost counter (.data.lost) through reused map fds.
+ */
+#include <stdbool.h>
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "lbr_tracer.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set by user space before load; must stay the only .rodata variable. */
+const volatile struct lbr_config lbr_cfg = {};
+
+/* Records that could not be delivered (ring buffer full); its own map so user space reads it alone. */
+__u64 lbr_lost SEC(".data.lost") = 0;
+
+/* Raw snapshots, one slot per CPU: written before anything else can branch. */
+static struct lbr_entry lbr_snap[LBR_MAX_CPUS][LBR_MAX_ENTRIES];
+static long lbr_snap_ret[LBR_MAX_CPUS];
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, LBR_RINGBUF_SIZE);
+} lbr_events SEC(".maps");
+
+/* Keeps struct lbr_hit in the object's BTF for the layout test. */
+struct lbr_hit *lbr_hit_btf_anchor __attribute__((unused));
+
+static __always_inline __u32 snapshot(void)
+{
+	/* The CPU index only costs one helper call on kernels that do not inline it. */
+	__u32 cpu = bpf_get_smp_processor_id() & (LBR_MAX_CPUS - 1);
+
+	if (lbr_cfg.snapshot)
+		lbr_snap_ret[cpu] = bpf_get_branch_snapshot(lbr_snap[cpu], sizeof(lbr_snap[cpu]), 0);
+	return cpu;
+}
+
+static __always_inline int emit(__u32 cpu, __u32 hook, __u64 cookie, __u64 func_ip,
+				bool has_ret, __s64 retval)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct lbr_hit *hit;
+	long ret;
+
+	/* Only the tracing process's threads, unless tgid is 0. */
+	if (lbr_cfg.tgid && (pid_tgid >> 32) != lbr_cfg.tgid)
+		return 0;
+
+	hit = bpf_ringbuf_reserve(&lbr_events, sizeof(*hit), 0);
+	if (!hit) {
+		__sync_fetch_and_add(&lbr_lost, 1);
+		return 0;
+	}
+	hit->type = LBR_RECORD_HIT;
+	hit->hook = hook;
+	hit->cookie = cookie;
+	hit->func_ip = func_ip;
+	hit->ts_ns = bpf_ktime_get_ns();
+	hit->retval = has_ret ? retval : 0;
+	hit->flags = has_ret ? LBR_HIT_HAS_RETVAL : 0;
+	hit->cpu = cpu;
+	hit->pid = pid_tgid >> 32;
+	hit->tid = (__u32)pid_tgid;
+	hit->nr_entries = 0;
+	hit->snapshot_ret = 0;
+	if (lbr_cfg.snapshot) {
+		ret = lbr_snap_ret[cpu];
+		hit->snapshot_ret = ret;
+		if (ret > 0)
+			hit->nr_entries = ret / sizeof(struct lbr_entry);
+		__builtin_memcpy(hit->entries, lbr_snap[cpu], sizeof(hit->entries));
+	} else {
+		__builtin_memset(hit->entries, 0, sizeof(hit->entries));
+	}
+	bpf_ringbuf_submit(hit, 0);
+	return 0;
+}
+
+static __always_inline __u64 fixed_cookie(void)
+{
+	return (__u64)lbr_cfg.target << 32;
+}
+
+/* fentry/fexit on a kernel function or a BPF program's main function. */
+SEC("fentry")
+int lbr_fentry(__u64 *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_FENTRY, fixed_cookie(), bpf_get_func_ip(ctx), false, 0);
+}
+
+SEC("fexit")
+int lbr_fexit(__u64 *ctx)
+{
+	__u32 cpu = snapshot();
+	__u64 ret = 0;
+
+	/* Linux commit f92c1e183604 ("bpf: Add get_func_[arg|ret|arg_cnt] helpers") (in v5.17) */
+	bpf_get_func_ret(ctx, &ret);
+	return emit(cpu, LBR_HOOK_FEXIT, fixed_cookie(), bpf_get_func_ip(ctx), true, (__s64)ret);
+}
+
+/* One link for many kernel functions; the cookie names the function. */
+SEC("kprobe.multi")
+int lbr_kprobe_multi(struct pt_regs *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_KPROBE_MULTI, bpf_get_attach_cookie(ctx), bpf_get_func_ip(ctx),
+		    false, 0);
+}
+
+SEC("kretprobe.multi")
+int lbr_kretprobe_multi(struct pt_regs *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_KPROBE_MULTI, bpf_get_attach_cookie(ctx), bpf_get_func_ip(ctx),
+		    true, (__s64)PT_REGS_RC(ctx));
+}
+
+SEC("kprobe")
+int lbr_kprobe(struct pt_regs *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_KPROBE, bpf_get_attach_cookie(ctx), bpf_get_func_ip(ctx), false, 0);
+}
+
+SEC("kretprobe")
+int lbr_kretprobe(struct pt_regs *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_KRETPROBE, bpf_get_attach_cookie(ctx), bpf_get_func_ip(ctx), true,
+		    (__s64)PT_REGS_RC(ctx));
+}
+
+SEC("tracepoint")
+int lbr_tracepoint(void *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_TRACEPOINT, bpf_get_attach_cookie(ctx), 0, false, 0);
+}
+
+SEC("uprobe")
+int lbr_uprobe(struct pt_regs *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_UPROBE, bpf_get_attach_cookie(ctx), 0, false, 0);
+}
+
+SEC("uretprobe")
+int lbr_uretprobe(struct pt_regs *ctx)
+{
+	__u32 cpu = snapshot();
+
+	return emit(cpu, LBR_HOOK_URETPROBE, bpf_get_attach_cookie(ctx), 0, true,
+		    (__s64)PT_REGS_RC(ctx));
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Records the LBR tracer (lbr_tracer.bpf.c) sends to user space
+ * (pytest_lbr/capture/hooks.py).  Python reads the #define constants from
+ * this file and mirrors struct lbr_hit with ctypes; a test checks the mirror
+ * against the BTF of the built object.
+ */
+#ifndef __LBR_TRACER_H
+#define __LBR_TRACER_H
+
+/* Branch records one hit carries (LBR depth of current Intel/AMD parts). */
+#define LBR_MAX_ENTRIES 32
+/* CPUs the per-CPU snapshot array covers; must be a power of two. */
+#define LBR_MAX_CPUS 1024
+/* Ring buffer size in bytes (a power of two, multiple of the page size). */
+#define LBR_RINGBUF_SIZE (4 * 1024 * 1024)
+
+/* Every record starts with a type tag. */
+#define LBR_RECORD_HIT 1
+
+/* Hook kinds (struct lbr_hit.hook). */
+#define LBR_HOOK_FENTRY 1
+#define LBR_HOOK_FEXIT 2
+#define LBR_HOOK_KPROBE 3
+#define LBR_HOOK_KRETPROBE 4
+#define LBR_HOOK_KPROBE_MULTI 5
+#define LBR_HOOK_TRACEPOINT 6
+#define LBR_HOOK_UPROBE 7
+#define LBR_HOOK_URETPROBE 8
+
+/* struct lbr_hit.flags */
+#define LBR_HIT_HAS_RETVAL 1
+
+/* Same layout as uapi struct perf_branch_entry (24 bytes). */
+struct lbr_entry {
+	__u64 from;
+	__u64 to;
+	__u64 flags; /* mispred:1 predicted:1 in_tx:1 abort:1 cycles:16 type:4 ... */
+};
+
+/* Set before load (const volatile .rodata); lives at offset 0 of .rodata. */
+struct lbr_config {
+	__u32 tgid;     /* only this process's threads; 0 = every process */
+	__u32 target;   /* fentry/fexit: target index reported as cookie << 32 */
+	__u32 snapshot; /* 0: hits only, no bpf_get_branch_snapshot() */
+	__u32 _pad;
+};
+
+struct lbr_hit {
+	__u32 type;         /* LBR_RECORD_HIT */
+	__u32 hook;         /* LBR_HOOK_* */
+	__u64 cookie;       /* target index << 32 | function index within a glob */
+	__u64 func_ip;      /* traced function's address where the hook knows it */
+	__u64 ts_ns;        /* bpf_ktime_get_ns() */
+	__s64 retval;       /* exit hooks only (flags & LBR_HIT_HAS_RETVAL) */
+	__u32 cpu;
+	__u32 pid;          /* tgid */
+	__u32 tid;
+	__s32 snapshot_ret; /* bpf_get_branch_snapshot() return: bytes or -errno */
+	__u32 nr_entries;
+	__u32 flags;        /* LBR_HIT_* */
+	struct lbr_entry entries[LBR_MAX_ENTRIES];
+};
+
+#endif /* __LBR_TRACER_H */

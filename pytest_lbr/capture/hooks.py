@@ -1,0 +1,627 @@
+"""Attach the LBR tracer (bpf/lbr_tracer.bpf.c) at every target and read its hits.
+
+`HookSet(targets, snapshot=...)` loads the tracer once for the kprobe,
+kprobe.multi, tracepoint and uprobe kinds, and once more per fentry/fexit
+target (their attach target is fixed at load time). Every object shares one
+ring buffer, the per-CPU snapshot slots and the lost counter through reused map
+fds. Nothing is pinned; `close()` releases every link and object, also when
+attaching fails half way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fnmatch
+import os
+import re
+import time
+from collections.abc import Iterable
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_bool,
+    c_char_p,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pytest_lbr.capture import CaptureError
+from pytest_lbr.libbpf import BpfError, check_int, lib
+from pytest_lbr.targets import Target
+
+__all__ = [
+    "TRACER_HEADER",
+    "TRACER_OBJECT",
+    "TRACER_OWN_FUNCTIONS",
+    "HookSet",
+    "RawHit",
+    "expand_glob",
+    "header_constants",
+    "try_load_fexit",
+]
+
+_BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+#: The record layout and constants shared with the BPF side.
+TRACER_HEADER = _BPF_DIR / "lbr_tracer.h"
+#: Built by `make -C bpf`.
+TRACER_OBJECT = _BPF_DIR / "build" / "lbr_tracer.bpf.o"
+
+#: What the tracer itself runs through: tracing these would recurse or drown the
+#: trace (the list retsnoop keeps out of its globs).
+TRACER_OWN_FUNCTIONS = (
+    "bpf_get_smp_processor_id",
+    "bpf_get_current_pid_tgid",
+    "bpf_ktime_get_ns",
+    "bpf_get_branch_snapshot",
+    "bpf_ringbuf_*",
+    "bpf_get_func_ret",
+    "bpf_get_func_ip*",
+    "bpf_get_attach_cookie*",
+    "migrate_disable",
+    "migrate_enable",
+    "rcu_read_lock*",
+    "rcu_read_unlock*",
+    "__rcu_read_lock",
+    "__rcu_read_unlock",
+    "__bpf_prog_enter*",
+    "__bpf_prog_exit*",
+    "__bpf_tramp_*",
+    "bpf_trampoline_*",
+    "preempt_count_add",
+    "preempt_count_sub",
+    "bpf_prog_start_time",
+    "intel_pmu_snapshot*",
+    "amd_pmu_*snapshot*",
+)
+
+
+def header_constants(path: Path = TRACER_HEADER) -> dict[str, int]:
+    """The `#define NAME <int expression>` constants of lbr_tracer.h (defined once, there)."""
+    out: dict[str, int] = {}
+    for m in re.finditer(r"^#define\s+(LBR_\w+)\s+(.+?)\s*(?:/\*.*)?$", path.read_text(), re.M):
+        expr = m.group(2)
+        if re.fullmatch(r"[\d\s()*+<x-]+", expr):
+            out[m.group(1)] = int(eval(expr, {"__builtins__": {}}))  # digits and operators only
+    return out
+
+
+_C = header_constants()
+_MAX_ENTRIES = _C["LBR_MAX_ENTRIES"]
+
+
+class _Entry(Structure):
+    _fields_ = [("from_", c_uint64), ("to", c_uint64), ("flags", c_uint64)]
+
+
+class _Config(Structure):
+    _fields_ = [
+        ("tgid", c_uint32),
+        ("target", c_uint32),
+        ("snapshot", c_uint32),
+        ("_pad", c_uint32),
+    ]
+
+
+class LbrHitRecord(Structure):
+    """ctypes mirror of `struct lbr_hit` (checked against the object's BTF by a test)."""
+
+    _fields_ = [
+        ("type", c_uint32),
+        ("hook", c_uint32),
+        ("cookie", c_uint64),
+        ("func_ip", c_uint64),
+        ("ts_ns", c_uint64),
+        ("retval", c_int64),
+        ("cpu", c_uint32),
+        ("pid", c_uint32),
+        ("tid", c_uint32),
+        ("snapshot_ret", c_int32),
+        ("nr_entries", c_uint32),
+        ("flags", c_uint32),
+        ("entries", _Entry * _MAX_ENTRIES),
+    ]
+
+
+class _KprobeOpts(Structure):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("bpf_cookie", c_uint64),
+        ("offset", c_size_t),
+        ("retprobe", c_bool),
+    ]
+
+
+class _KprobeMultiOpts(Structure):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("syms", POINTER(c_char_p)),
+        ("addrs", c_void_p),
+        ("cookies", POINTER(c_uint64)),
+        ("cnt", c_size_t),
+        ("retprobe", c_bool),
+    ]
+
+
+class _TracepointOpts(Structure):
+    _fields_ = [("sz", c_size_t), ("bpf_cookie", c_uint64)]
+
+
+class _UprobeOpts(Structure):
+    _fields_ = [
+        ("sz", c_size_t),
+        ("ref_ctr_offset", c_size_t),
+        ("bpf_cookie", c_uint64),
+        ("retprobe", c_bool),
+        ("func_name", c_char_p),
+    ]
+
+
+_SAMPLE_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
+_BTF_KIND_FUNC = 12
+
+
+@dataclass
+class RawHit:
+    """One record from the tracer, before decoding and symbolization."""
+
+    target: int
+    cpu: int
+    pid: int
+    tid: int
+    ts_ns: int
+    retval: int | None
+    snapshot_ret: int
+    #: Branch records newest first, as the CPU delivered them: (from, to, flags).
+    entries: list[tuple[int, int, int]] = field(default_factory=list)
+    #: Index of the function within a glob target (0 otherwise).
+    function: int = 0
+    #: Address of the traced function where the hook knows it (0 otherwise).
+    func_ip: int = 0
+    hook: int = 0
+
+
+@dataclass
+class _Attached:
+    """What one target resolved to: its functions (globs expand) and how it is hooked."""
+
+    target: Target
+    functions: list[str]
+    how: str = ""
+    #: kallsyms name of a BPF program target (bpf_prog_<tag>_<name>).
+    ksym: str = ""
+
+
+class HookSet:
+    """The tracer attached at every target; a context manager.
+
+    `snapshot=False` skips bpf_get_branch_snapshot() (hits only). Exit hooks
+    (fexit, kretprobe, uretprobe) report the return value; `fentry=True` hooks
+    BPF programs and kernel functions on entry instead. `tgid` limits kernel
+    hooks to one process (default: this one; 0: all); uprobes see every process.
+    """
+
+    def __init__(
+        self,
+        targets: list[Target],
+        *,
+        snapshot: bool,
+        fentry: bool = False,
+        tgid: int | None = None,
+        fallback: str = "kprobe",
+    ) -> None:
+        self.targets = list(targets)
+        self.snapshot = snapshot
+        self.fentry = fentry
+        self.tgid = os.getpid() if tgid is None else tgid
+        #: How a glob is attached where kprobe.multi is missing: "kprobe" or "fentry".
+        self.fallback = fallback
+        self.attached: list[_Attached] = []
+        #: Notes for the trace (e.g. "kfunc:tcp_*: kprobe.multi unavailable (EOPNOTSUPP)").
+        self.notes: list[str] = []
+        self._objs: list[int] = []
+        self._links: list[int] = []
+        self._base: int | None = None
+        self._uprobe_obj: int | None = None
+        self._rb: int | None = None
+        self._cb: Any = None
+        self._pending: list[bytes] = []
+        self._shared: dict[str, int] = {}
+        self._refs: list[Any] = []
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def __enter__(self) -> HookSet:
+        self.attach()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def attach(self) -> None:
+        """Load and attach everything; on any error release what was made and re-raise."""
+        if not TRACER_OBJECT.exists():
+            raise CaptureError(f"LBR tracer not built: {TRACER_OBJECT} missing (run: make -C bpf)")
+        try:
+            for index, target in enumerate(self.targets):
+                self.attached.append(self._attach_one(index, target))
+            self._open_ringbuf()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Destroy every link, ring buffer and object (idempotent)."""
+        while self._links:
+            lib.bpf_link__destroy(self._links.pop())
+        if self._rb is not None:
+            lib.ring_buffer__free(self._rb)
+            self._rb = None
+        while self._objs:
+            lib.bpf_object__close(self._objs.pop())
+        while self._refs:
+            self._refs.pop().close()
+        self._base = self._uprobe_obj = None
+        self._shared.clear()
+
+    @property
+    def link_fds(self) -> list[int]:
+        """fds of the BPF links made (for tests: `bpftool link show`, link info)."""
+        return [lib.bpf_link__fd(link) for link in self._links]
+
+    # -- reading hits --------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0) -> list[RawHit]:
+        """Hits that arrived so far (waits up to `timeout_ms` for the first)."""
+        if self._rb is None:
+            return []
+        check_int(lib.ring_buffer__poll(self._rb, timeout_ms), "ring_buffer__poll")
+        return self._take()
+
+    def drain(self) -> list[RawHit]:
+        """Every hit still in the ring buffer."""
+        if self._rb is None:
+            return []
+        while check_int(lib.ring_buffer__consume(self._rb), "ring_buffer__consume") > 0:
+            pass
+        return self._take()
+
+    @property
+    def lost(self) -> int:
+        """Hits the kernel dropped because the ring buffer was full."""
+        fd = self._shared.get("lost")
+        if fd is None:
+            return 0
+        val = c_uint64()
+        key = c_uint32(0)
+        check_int(lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)), "read lost")
+        return val.value
+
+    def _take(self) -> list[RawHit]:
+        records, self._pending = self._pending, []
+        return [_decode_record(r) for r in records]
+
+    def _open_ringbuf(self) -> None:
+        if "ringbuf" not in self._shared:
+            return
+
+        def on_sample(_ctx: int | None, data: int, size: int) -> int:
+            self._pending.append(ctypes.string_at(data, size))
+            return 0
+
+        self._cb = _SAMPLE_CB(on_sample)
+        rb = lib.ring_buffer__new(self._shared["ringbuf"], self._cb, None, None)
+        if not rb:
+            raise BpfError(ctypes.get_errno() or errno.EINVAL, "ring_buffer__new")
+        self._rb = rb
+
+    # -- loading ------------------------------------------------------------------
+
+    def _open(self, program: str, tgid: int, target: int = 0) -> tuple[int, int]:
+        """Open the tracer object with only `program` autoloaded; returns (obj, prog)."""
+        obj = lib.bpf_object__open_file(str(TRACER_OBJECT).encode(), None)
+        if not obj or lib.libbpf_get_error(obj):
+            raise BpfError(ctypes.get_errno() or errno.EINVAL, f"open {TRACER_OBJECT}")
+        self._objs.append(obj)
+        found = 0
+        p = lib.bpf_object__next_program(obj, None)
+        while p:
+            name = lib.bpf_program__name(p).decode()
+            check_int(lib.bpf_program__set_autoload(p, name == program), "set_autoload")
+            if name == program:
+                found = p
+            p = lib.bpf_object__next_program(obj, p)
+        if not found:
+            raise CaptureError(
+                f"LBR tracer object has no program {program!r}; rebuild it (make -C bpf)"
+            )
+        cfg = _Config(tgid=tgid, target=target, snapshot=int(self.snapshot))
+        rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
+        check_int(
+            lib.bpf_map__set_initial_value(rodata, ctypes.byref(cfg), ctypes.sizeof(cfg)),
+            "set tracer config",
+        )
+        # Share the ring buffer, snapshot slots and lost counter with the first object.
+        for key, name in (("ringbuf", b"lbr_events"), ("bss", b".bss"), ("lost", b".data.lost")):
+            m = lib.bpf_object__find_map_by_name(obj, name)
+            if key in self._shared:
+                check_int(lib.bpf_map__reuse_fd(m, self._shared[key]), f"reuse {name.decode()}")
+        return obj, found
+
+    def _load(self, obj: int, what: str) -> None:
+        try:
+            check_int(lib.bpf_object__load(obj), f"load LBR tracer for {what}")
+        except BpfError as exc:
+            if exc.errno == errno.EPERM:
+                raise CaptureError(
+                    f"{what}: loading the LBR tracer was refused (EPERM): "
+                    "this kernel does not allow tracing programs here (lockdown or missing CAP_BPF)"
+                ) from None
+            raise
+        if not self._shared:
+            for key, name in (
+                ("ringbuf", b"lbr_events"),
+                ("bss", b".bss"),
+                ("lost", b".data.lost"),
+            ):
+                self._shared[key] = lib.bpf_map__fd(lib.bpf_object__find_map_by_name(obj, name))
+
+    def _prog_in(self, obj: int, name: str) -> int:
+        return int(lib.bpf_object__find_program_by_name(obj, name.encode()))
+
+    def _base_obj(self, uprobe: bool) -> int:
+        """The shared object holding the kprobe/tracepoint (or uprobe) programs."""
+        attr = "_uprobe_obj" if uprobe else "_base"
+        obj = getattr(self, attr)
+        if obj is not None:
+            return int(obj)
+        progs = (
+            ("lbr_uprobe", "lbr_uretprobe")
+            if uprobe
+            else (
+                "lbr_kprobe",
+                "lbr_kretprobe",
+                "lbr_kprobe_multi",
+                "lbr_kretprobe_multi",
+                "lbr_tracepoint",
+            )
+        )
+        # Uprobes trace a binary, whoever runs it: no process filter.
+        obj, _ = self._open(progs[0], 0 if uprobe else self.tgid)
+        for name in progs:
+            lib.bpf_program__set_autoload(self._prog_in(obj, name), True)
+        self._load(obj, "uprobes" if uprobe else "kprobes and tracepoints")
+        setattr(self, attr, obj)
+        return int(obj)
+
+    def _attach_trace(self, index: int, what: str, attach_fd: int, func: str) -> None:
+        """fentry/fexit on `func` (a kernel function, or a BPF program's function)."""
+        prog_name = "lbr_fentry" if self.fentry else "lbr_fexit"
+        obj, prog = self._open(prog_name, self.tgid, target=index)
+        check_int(
+            lib.bpf_program__set_attach_target(prog, attach_fd, func.encode()), "set_attach_target"
+        )
+        self._load(obj, what)
+        self._links.append(
+            _link(lib.bpf_program__attach_trace(prog), f"attach {prog_name} to {what}")
+        )
+
+    # -- per target kind -----------------------------------------------------------
+
+    def _attach_one(self, index: int, target: Target) -> _Attached:
+        if target.kind == "prog":
+            fd, func, ksym = self._resolve_prog(target)
+            self._attach_trace(index, f"{target.spec} ({func})", fd, func)
+            return _Attached(target, [func], "fentry" if self.fentry else "fexit", ksym)
+        if target.kind == "kfunc":
+            assert target.function is not None
+            if target.is_glob:
+                return self._attach_glob(index, target)
+            _check_in_btf(target)
+            self._attach_trace(index, target.spec, 0, target.function)
+            return _Attached(target, [target.function], "fentry" if self.fentry else "fexit")
+        if target.kind == "tp":
+            assert target.tracepoint is not None
+            cat, _, name = target.tracepoint.partition("/")
+            obj = self._base_obj(uprobe=False)
+            opts = _TracepointOpts(sz=ctypes.sizeof(_TracepointOpts), bpf_cookie=index << 32)
+            link = lib.bpf_program__attach_tracepoint_opts(
+                self._prog_in(obj, "lbr_tracepoint"),
+                cat.encode(),
+                name.encode(),
+                ctypes.byref(opts),
+            )
+            self._links.append(_link(link, f"attach to {target.spec}"))
+            return _Attached(target, [target.tracepoint], "tracepoint")
+        if target.kind in ("uprobe", "uretprobe"):
+            assert target.binary is not None and target.function is not None
+            if not os.path.exists(target.binary):
+                raise CaptureError(f"{target.spec}: no such file {target.binary}")
+            obj = self._base_obj(uprobe=True)
+            ret = target.kind == "uretprobe"
+            uopts = _UprobeOpts(
+                sz=ctypes.sizeof(_UprobeOpts),
+                bpf_cookie=index << 32,
+                retprobe=ret,
+                func_name=target.function.encode(),
+            )
+            link = lib.bpf_program__attach_uprobe_opts(
+                self._prog_in(obj, "lbr_uretprobe" if ret else "lbr_uprobe"),
+                -1,
+                target.binary.encode(),
+                0,
+                ctypes.byref(uopts),
+            )
+            self._links.append(_link(link, f"attach to {target.spec}"))
+            return _Attached(target, [target.function], target.kind)
+        raise CaptureError(f"{target.spec}: unknown target kind {target.kind!r}")
+
+    def _resolve_prog(self, target: Target) -> tuple[int, str, str]:
+        """(fd, main function's BTF name, kallsyms name) of a BPF program target."""
+        from pytest_lbr.capture.progs import resolve_program
+
+        ref = resolve_program(target)
+        self._refs.append(ref)  # its fd stays open until close()
+        return ref.fd, ref.display_name, ref.ksym
+
+    def _attach_glob(self, index: int, target: Target) -> _Attached:
+        assert target.function is not None
+        names = expand_glob(target.function)
+        if not names:
+            raise CaptureError(
+                f"{target.spec}: the glob matches no traceable kernel function "
+                "(available_filter_functions / BTF)"
+            )
+        retprobe = not self.fentry
+        syms = (c_char_p * len(names))(*(n.encode() for n in names))
+        cookies = (c_uint64 * len(names))(*((index << 32) | i for i in range(len(names))))
+        opts = _KprobeMultiOpts(
+            sz=ctypes.sizeof(_KprobeMultiOpts),
+            syms=syms,
+            cookies=cookies,
+            cnt=len(names),
+            retprobe=retprobe,
+        )
+        obj = self._base_obj(uprobe=False)
+        multi = "lbr_kretprobe_multi" if retprobe else "lbr_kprobe_multi"
+        link = lib.bpf_program__attach_kprobe_multi_opts(
+            self._prog_in(obj, multi), None, ctypes.byref(opts)
+        )
+        if link:
+            self._links.append(link)
+            return _Attached(target, names, "kprobe.multi")
+        err = ctypes.get_errno()
+        # Linux commit 0dcac2725406 ("bpf: Add multi kprobe link") (in v5.18) needs CONFIG_FPROBE.
+        if err not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, 524):  # 524: ENOTSUPP
+            raise BpfError(err, f"attach kprobe.multi to {target.spec} ({len(names)} functions)")
+        self.notes.append(
+            f"{target.spec}: kprobe.multi unavailable ({errno.errorcode.get(err, err)}); "
+            f"{len(names)} {self.fallback} hooks instead"
+        )
+        start = time.monotonic()
+        for i, name in enumerate(names):
+            if self.fallback == "fentry":
+                self._attach_trace(index, f"kfunc:{name}", 0, name)  # cookie carries no index here
+            else:
+                kopts = _KprobeOpts(
+                    sz=ctypes.sizeof(_KprobeOpts), bpf_cookie=(index << 32) | i, retprobe=retprobe
+                )
+                prog = self._prog_in(obj, "lbr_kretprobe" if retprobe else "lbr_kprobe")
+                link = lib.bpf_program__attach_kprobe_opts(prog, name.encode(), ctypes.byref(kopts))
+                self._links.append(_link(link, f"attach kprobe to {name} ({target.spec})"))
+        how = f"{self.fallback} x{len(names)} in {time.monotonic() - start:.1f}s"
+        return _Attached(target, names, how)
+
+
+def try_load_fexit(function: str = "vfs_write") -> None:
+    """Load (never attach) the fexit tracer on `function`: raises if this kernel refuses."""
+    hs = HookSet([], snapshot=True)
+    try:
+        obj, prog = hs._open("lbr_fexit", hs.tgid)
+        check_int(
+            lib.bpf_program__set_attach_target(prog, 0, function.encode()), "set_attach_target"
+        )
+        hs._load(obj, f"fexit on {function}")
+    finally:
+        hs.close()
+
+
+def _link(link: int | None, what: str) -> int:
+    if not link:
+        raise BpfError(ctypes.get_errno() or errno.EINVAL, what)
+    return int(link)
+
+
+def _decode_record(data: bytes) -> RawHit:
+    rec = LbrHitRecord.from_buffer_copy(data.ljust(ctypes.sizeof(LbrHitRecord), b"\0"))
+    if rec.type != _C["LBR_RECORD_HIT"]:
+        raise CaptureError(f"LBR tracer sent an unknown record type {rec.type}")
+    n = min(rec.nr_entries, _MAX_ENTRIES)
+    return RawHit(
+        target=rec.cookie >> 32,
+        function=rec.cookie & 0xFFFFFFFF,
+        cpu=rec.cpu,
+        pid=rec.pid,
+        tid=rec.tid,
+        ts_ns=rec.ts_ns,
+        retval=rec.retval if rec.flags & _C["LBR_HIT_HAS_RETVAL"] else None,
+        snapshot_ret=rec.snapshot_ret,
+        entries=[(e.from_, e.to, e.flags) for e in rec.entries[:n]],
+        func_ip=rec.func_ip,
+        hook=rec.hook,
+    )
+
+
+def _check_in_btf(target: Target) -> None:
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf or lib.libbpf_get_error(btf):
+        raise CaptureError(
+            f"{target.spec}: no kernel BTF (/sys/kernel/btf/vmlinux): fexit impossible"
+        )
+    try:
+        if lib.btf__find_by_name_kind(btf, (target.function or "").encode(), _BTF_KIND_FUNC) < 0:
+            raise CaptureError(
+                f"{target.spec}: {target.function} is not a function in the kernel BTF "
+                "(misspelt, inlined, static duplicate or a module function)"
+            )
+    finally:
+        lib.btf__free(btf)
+
+
+_TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
+def _traceable_functions() -> Iterable[str]:
+    for root in _TRACEFS:
+        try:
+            with open(f"{root}/available_filter_functions") as f:
+                text = f.read()
+        except OSError:
+            continue
+        return (line.split()[0] for line in text.splitlines() if line and "[" not in line)
+    return _btf_functions()
+
+
+def _btf_functions() -> list[str]:
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf or lib.libbpf_get_error(btf):
+        return []
+    try:
+        out = []
+        for type_id in range(1, lib.btf__type_cnt(btf)):
+            t = ctypes.cast(lib.btf__type_by_id(btf, type_id), POINTER(c_uint32))
+            if (t[1] >> 24) & 0x1F == _BTF_KIND_FUNC:
+                out.append(lib.btf__str_by_offset(btf, t[0]).decode())
+        return out
+    finally:
+        lib.btf__free(btf)
+
+
+def expand_glob(pattern: str, functions: Iterable[str] | None = None) -> list[str]:
+    """Traceable kernel functions matching `pattern`, minus the tracer's own, sorted, unique.
+
+    Functions listed twice (static functions of the same name) are dropped: a
+    name cannot say which one to attach.
+    """
+    seen: dict[str, int] = {}
+    for name in _traceable_functions() if functions is None else functions:
+        if fnmatch.fnmatchcase(name, pattern):
+            seen[name] = seen.get(name, 0) + 1
+    own = TRACER_OWN_FUNCTIONS
+    return sorted(
+        n
+        for n, count in seen.items()
+        if count == 1 and not any(fnmatch.fnmatchcase(n, o) for o in own)
+    )

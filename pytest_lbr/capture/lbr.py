@@ -1,0 +1,343 @@
+"""The hardware LBR backend: probe it, capture with it, decode and trim its records.
+
+`probe_lbr()` says whether LBR tracing can work here and, if not, exactly why.
+`LbrCapture` opens one branch-stack perf event per CPU (so the CPU records),
+attaches the tracer at every target (`HookSet(snapshot=True)`), and turns each
+hit's perf_branch_entry records into `Branch`es, oldest first, with the
+tracer's own newest records trimmed off (kept in `Hit.raw_branches`).
+The decode and trim functions are pure so host tests can check them.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pytest_lbr.capture import Capability, CaptureError
+from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.targets import Target
+
+__all__ = [
+    "BRANCH_TYPE_KINDS",
+    "TRACER_SYMBOLS",
+    "BranchFlags",
+    "LbrCapture",
+    "branch_kind",
+    "decode_branches",
+    "decode_flags",
+    "probe_lbr",
+    "trim_tracer",
+]
+
+#: perf_branch_entry.type (PERF_BR_*) -> Branch.kind.
+BRANCH_TYPE_KINDS = {
+    1: "cond",
+    2: "jmp",
+    3: "ind_jmp",
+    4: "call",
+    5: "ind_call",
+    6: "ret",
+    7: "syscall",
+}
+
+#: Code the tracer itself runs between the traced function and the snapshot:
+#: trampolines, program entry/exit, the kprobe/fprobe/tracepoint plumbing, the
+#: tracer program (bpf_prog_<tag>_lbr_*) and the helper.
+TRACER_SYMBOLS = (
+    "bpf_trampoline_*",
+    "__bpf_prog_enter*",
+    "__bpf_prog_exit*",
+    "__bpf_tramp_*",
+    "bpf_prog_*_lbr_*",
+    "bpf_get_branch_snapshot",
+    "bpf_get_smp_processor_id",
+    "intel_pmu_snapshot*",
+    "amd_pmu_*snapshot*",
+    "migrate_disable",
+    "migrate_enable",
+    "__rcu_read_lock",
+    "__rcu_read_unlock",
+    "rcu_read_lock*",
+    "kprobe_multi_link_*",
+    "fprobe_*",
+    "rethook_*",
+    "arch_rethook_*",
+    "kprobe_*",
+    "kretprobe_*",
+    "trace_call_bpf",
+    "bpf_trace_run*",
+    "__bpf_trace_*",
+    "perf_trace_*",
+    "bpf_prog_run*",
+    "ftrace_*",
+    "uprobe_*",
+)
+
+
+@dataclass(frozen=True)
+class BranchFlags:
+    """The decoded perf_branch_entry flag word."""
+
+    mispred: bool
+    predicted: bool
+    in_tx: bool
+    abort: bool
+    cycles: int
+    type: int
+
+
+def decode_flags(flags: int) -> BranchFlags:
+    """Split the u64 bitfield: mispred:1 predicted:1 in_tx:1 abort:1 cycles:16 type:4 ..."""
+    return BranchFlags(
+        mispred=bool(flags & 1),
+        predicted=bool(flags >> 1 & 1),
+        in_tx=bool(flags >> 2 & 1),
+        abort=bool(flags >> 3 & 1),
+        cycles=flags >> 4 & 0xFFFF,
+        type=flags >> 20 & 0xF,
+    )
+
+
+def branch_kind(flags: int) -> str:
+    """Branch.kind for a perf_branch_entry flag word ("unknown" when the type is not saved)."""
+    return BRANCH_TYPE_KINDS.get(decode_flags(flags).type, "unknown")
+
+
+def decode_branches(
+    entries: Sequence[tuple[int, int, int]], locations: dict[int, Location]
+) -> list[Branch]:
+    """Records as the CPU gives them (newest first) -> `Branch`es oldest first."""
+    out = []
+    for src, dst, flags in reversed(entries):
+        f = decode_flags(flags)
+        out.append(
+            Branch(
+                src=locations.get(src) or Location(src),
+                dst=locations.get(dst) or Location(dst),
+                kind=BRANCH_TYPE_KINDS.get(f.type, "unknown"),
+                mispredicted=f.mispred,
+                cycles=f.cycles,
+            )
+        )
+    return out
+
+
+def _matches(loc: Location, patterns: Iterable[str]) -> bool:
+    return loc.symbol is not None and any(fnmatch.fnmatchcase(loc.symbol, p) for p in patterns)
+
+
+def trim_tracer(
+    branches: Sequence[Branch],
+    traced: Callable[[Location], bool] | None = None,
+    tracer: Sequence[str] = TRACER_SYMBOLS,
+) -> list[Branch]:
+    """Drop the tracer's own newest records from `branches` (oldest first).
+
+    With `traced` (is this location in the traced function?), keep everything
+    up to the newest branch touching it, as retsnoop does. Without it, or when
+    no branch touches it, drop the newest run of branches into or out of the
+    tracer's code (`tracer` symbol globs).
+    """
+    if traced is not None:
+        for i in range(len(branches) - 1, -1, -1):
+            if traced(branches[i].src) or traced(branches[i].dst):
+                return list(branches[: i + 1])
+    end = len(branches)
+    while end and (
+        _matches(branches[end - 1].src, tracer) or _matches(branches[end - 1].dst, tracer)
+    ):
+        end -= 1
+    return list(branches[:end])
+
+
+def _locate(addrs: Iterable[int]) -> dict[int, Location]:
+    """Symbolize every address in one call (the one place that knows the symbolizer)."""
+    wanted = sorted(set(addrs))
+    try:
+        from pytest_lbr import symbols
+    except ImportError:
+        return {a: Location(a) for a in wanted}
+    get_symbolizer = getattr(symbols, "get_symbolizer", None)
+    if get_symbolizer is None:  # symbols/ not written yet: bare addresses
+        return {a: Location(a) for a in wanted}
+    return dict(get_symbolizer().locate_many(wanted))
+
+
+# -- probing ------------------------------------------------------------------------
+
+_CAP_PERFMON, _CAP_BPF = 38, 39
+_BPF_PROG_TYPE_KPROBE = 2
+_BPF_FUNC_get_branch_snapshot = 176
+_probed: dict[int, Capability] = {}
+
+
+def probe_lbr() -> Capability:
+    """Can the LBR backend trace here? Cached per process; never raises."""
+    pid = os.getpid()
+    if pid not in _probed:
+        try:
+            reason = _probe()
+        except Exception as exc:  # a probe must answer, not crash the session
+            reason = f"LBR probe failed: {exc}"
+        _probed[pid] = Capability("lbr", not reason, reason)
+    return _probed[pid]
+
+
+def _has_caps() -> bool:
+    if os.geteuid() == 0:
+        return True
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                eff = int(line.split()[1], 16)
+                return bool(eff >> _CAP_BPF & 1 and eff >> _CAP_PERFMON & 1)
+    return False
+
+
+def _probe() -> str:
+    from pytest_lbr.capture import hooks, perf
+    from pytest_lbr.libbpf import BpfError, lib
+    from pytest_lbr.targets import parse_target
+
+    if not _has_caps():
+        return "not root and missing CAP_BPF+CAP_PERFMON"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "no kernel BTF at /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF)"
+    if not hooks.TRACER_OBJECT.exists():
+        return f"LBR tracer not built: {hooks.TRACER_OBJECT} missing (run: make -C bpf)"
+    try:
+        hooks.try_load_fexit()
+    except (CaptureError, BpfError) as exc:
+        if getattr(exc, "errno", None) == errno.EPERM or "EPERM" in str(exc):
+            return "fentry/fexit programs refused with EPERM (kernel lockdown or no CAP_BPF)"
+        return f"fexit tracer does not load: {exc}"
+    try:
+        events = perf.open_branch_events("any")
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return (
+                "no PMU: perf_event_open(PERF_TYPE_HARDWARE, cycles, branch stack) failed "
+                "with ENOENT (a VM without a virtual PMU?)"
+            )
+        if exc.errno == errno.EOPNOTSUPP:
+            return "the PMU has no LBR: perf_event_open(branch stack) failed with EOPNOTSUPP"
+        return f"perf_event_open(branch stack) failed: {exc}"
+    try:
+        helper = lib.libbpf_probe_bpf_helper(
+            _BPF_PROG_TYPE_KPROBE, _BPF_FUNC_get_branch_snapshot, None
+        )
+        if helper == 0:
+            return "helper bpf_get_branch_snapshot missing (Linux >= 5.16 needed)"
+        with hooks.HookSet([parse_target("tp:syscalls/sys_enter_getppid")], snapshot=True) as hs:
+            os.getppid()
+            hits = hs.drain()
+        rets = {h.snapshot_ret for h in hits}
+        if not hits:
+            return "the LBR self-test saw no hit (tracepoint syscalls/sys_enter_getppid)"
+        bad = sorted(r for r in rets if r <= 0)
+        if bad:
+            name = errno.errorcode.get(-bad[0], str(bad[0]))
+            return f"bpf_get_branch_snapshot() returned -{name}: the CPU gave no branch records"
+    finally:
+        events.close()
+    return ""
+
+
+# -- capture ------------------------------------------------------------------------
+
+
+class LbrCapture:
+    """The `Capture` of the LBR backend (see `pytest_lbr.capture.Capture`)."""
+
+    def __init__(self, targets: list[Target], filter: str = "any") -> None:
+        self.targets = list(targets)
+        self.filter = filter
+        self._events: object | None = None
+        self._hooks: object | None = None
+
+    def start(self) -> None:
+        """Check the capability, open the perf events, attach the tracer everywhere."""
+        from pytest_lbr.capture import hooks, perf
+
+        cap = probe_lbr()
+        if not cap.available:
+            raise CaptureError(f"lbr backend unavailable: {cap.reason}")
+        try:
+            self._events = perf.open_branch_events(self.filter)
+            hs = hooks.HookSet(self.targets, snapshot=True)
+            self._hooks = hs
+            hs.attach()
+        except BaseException:
+            self.close()
+            raise
+
+    def stop(self) -> Trace:
+        """Collect every hit, release the kernel objects, decode into a `Trace`."""
+        from pytest_lbr.capture.hooks import HookSet
+
+        hs = self._hooks
+        if not isinstance(hs, HookSet):
+            raise CaptureError("LbrCapture.stop() without a successful start()")
+        raw = hs.drain()
+        lost = hs.lost
+        notes = list(hs.notes)
+        attached = list(hs.attached)
+        self.close()
+        locations = _locate(a for h in raw for e in h.entries for a in e[:2])
+        trace = Trace(
+            targets=[t.spec for t in self.targets],
+            backend="lbr",
+            lost=lost,
+            kernel_release=os.uname().release,
+            notes=notes,
+        )
+        failed = [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
+        if failed:
+            trace.notes.append(f"LBR: snapshot failed on {len(failed)} hits ({failed[0]})")
+        for h in raw:
+            where = attached[h.target] if h.target < len(attached) else None
+            func = (
+                where.functions[h.function] if where and h.function < len(where.functions) else None
+            )
+            target = self.targets[h.target] if h.target < len(self.targets) else None
+            name = target.spec if target else f"#{h.target}"
+            if target is not None and target.is_glob and func:
+                name = f"kfunc:{func}"
+            branches = decode_branches(h.entries, locations)
+            trace.hits.append(
+                Hit(
+                    target=name,
+                    cpu=h.cpu,
+                    pid=h.pid,
+                    tid=h.tid,
+                    retval=h.retval,
+                    branches=trim_tracer(
+                        branches, _traced_predicate(target, func, where.ksym if where else "")
+                    ),
+                    raw_branches=branches,
+                    timestamp_ns=h.ts_ns,
+                )
+            )
+        return trace
+
+    def close(self) -> None:
+        """Release the tracer and the perf events (idempotent)."""
+        for attr in ("_hooks", "_events"):
+            obj = getattr(self, attr)
+            setattr(self, attr, None)
+            if obj is not None:
+                obj.close()  # type: ignore[attr-defined]
+
+
+def _traced_predicate(
+    target: Target | None, func: str | None, ksym: str
+) -> Callable[[Location], bool] | None:
+    """Is a location inside the traced function? (None when the hook has no function.)"""
+    if target is None or target.kind in ("tp", "uprobe", "uretprobe"):
+        return None
+    if target.kind == "prog":
+        return (lambda loc: loc.symbol == ksym) if ksym else None
+    return lambda loc: loc.symbol == func

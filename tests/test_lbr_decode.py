@@ -1,0 +1,216 @@
+"""LBR record decoding and tracer trimming, on records built from real kernel addresses.
+
+No machine here has LBR, so the records are synthesized, but every address is
+a real one from this host's /proc/kallsyms and the layout is the kernel's
+struct perf_branch_entry.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.capture.hooks import TRACER_OBJECT, LbrHitRecord, _decode_record, header_constants
+from pytest_lbr.capture.lbr import branch_kind, decode_branches, decode_flags, trim_tracer
+from pytest_lbr.model import Location
+
+CALL, RET, COND, UNCOND, IND_CALL = 4, 6, 1, 2, 5
+
+
+class Kallsyms:
+    """Floor lookup over this host's text symbols."""
+
+    def __init__(self) -> None:
+        addrs: dict[str, int] = {}
+        try:
+            text = Path("/proc/kallsyms").read_text()
+        except OSError as exc:
+            pytest.skip(f"/proc/kallsyms unreadable: {exc}")
+        for line in text.splitlines():
+            addr, kind, name = line.split()[:3]
+            if kind in "tT" and int(addr, 16):
+                addrs.setdefault(name, int(addr, 16))
+        if not addrs:
+            pytest.skip("/proc/kallsyms shows no addresses (kptr_restrict; run as root)")
+        self.by_name = addrs
+        self.sorted = sorted((a, n) for n, a in addrs.items())
+        self.keys = [a for a, _ in self.sorted]
+
+    def addr(self, name: str, off: int = 0) -> int:
+        if name not in self.by_name:
+            pytest.skip(f"{name} is not in this kernel's kallsyms")
+        return self.by_name[name] + off
+
+    def locate(self, addr: int) -> Location:
+        i = bisect.bisect_right(self.keys, addr) - 1
+        base, name = self.sorted[i]
+        return Location(addr, name, addr - base)
+
+    def first(self, *names: str) -> str:
+        for n in names:
+            if n in self.by_name:
+                return n
+        pytest.skip(f"none of {names} in kallsyms")
+
+
+@pytest.fixture(scope="module")
+def ksyms() -> Kallsyms:
+    return Kallsyms()
+
+
+def flags(kind: int, cycles: int = 0, mispred: bool = False) -> int:
+    return kind << 20 | cycles << 4 | int(mispred)
+
+
+def test_flag_word_decodes_like_the_uapi_bitfield() -> None:
+    f = decode_flags(flags(RET, cycles=0xABCD, mispred=True) | 1 << 1 | 1 << 3)
+    assert (f.mispred, f.predicted, f.in_tx, f.abort, f.cycles, f.type) == (
+        True,
+        True,
+        False,
+        True,
+        0xABCD,
+        RET,
+    )
+    assert [branch_kind(flags(t)) for t in range(9)] == [
+        "unknown",
+        "cond",
+        "jmp",
+        "ind_jmp",
+        "call",
+        "ind_call",
+        "ret",
+        "syscall",
+        "unknown",  # SYSRET and beyond have no kind of their own
+    ]
+
+
+def _fexit_vfs_write(k: Kallsyms) -> tuple[list[tuple[int, int, int]], str]:
+    """What an fexit on vfs_write would see, newest record first."""
+    enter = k.first("__bpf_prog_enter_recur", "__bpf_prog_enter", "__bpf_prog_enter_sleepable")
+    helper = k.first("bpf_get_branch_snapshot", "bpf_get_smp_processor_id")
+    tramp = k.first("migrate_disable", "__rcu_read_lock")
+    oldest_first = [
+        (k.addr("ksys_write", 0x50), k.addr("vfs_write"), flags(CALL, 3)),
+        (k.addr("vfs_write", 0x30), k.addr("vfs_write", 0x60), flags(COND, 1, mispred=True)),
+        (k.addr("vfs_write", 0x90), k.addr("write_null"), flags(IND_CALL, 7)),
+        (k.addr("write_null", 0x8), k.addr("vfs_write", 0x96), flags(RET, 2)),
+        (k.addr("vfs_write", 0x120), k.addr(enter, 0x10), flags(RET, 4)),  # into the trampoline
+        (k.addr(enter, 0x20), k.addr(tramp), flags(CALL, 1)),
+        (k.addr(tramp, 0x8), k.addr(enter, 0x25), flags(RET, 1)),
+        (k.addr(enter, 0x30), k.addr(helper), flags(CALL, 1)),
+    ]
+    return list(reversed(oldest_first)), "vfs_write"
+
+
+def test_records_decode_oldest_first_with_symbols(ksyms: Kallsyms) -> None:
+    entries, _ = _fexit_vfs_write(ksyms)
+    locs = {a: ksyms.locate(a) for e in entries for a in e[:2]}
+    branches = decode_branches(entries, locs)
+    assert len(branches) == len(entries)
+    first = branches[0]
+    assert (first.src.symbol, first.dst.symbol, first.dst.offset) == ("ksys_write", "vfs_write", 0)
+    assert first.kind == "call" and first.cycles == 3
+    assert branches[1].kind == "cond" and branches[1].mispredicted
+    assert branches[2].kind == "ind_call" and branches[2].dst.symbol == "write_null"
+    assert str(branches[3]) == f"write_null+0x8 -> vfs_write+{0x96:#x}"
+
+
+def test_unknown_addresses_stay_bare(ksyms: Kallsyms) -> None:
+    entries, _ = _fexit_vfs_write(ksyms)
+    (b,) = decode_branches(entries[:1], {})
+    assert b.src.symbol is None and b.src.addr == entries[0][0]
+
+
+def test_trim_drops_everything_newer_than_the_traced_function(ksyms: Kallsyms) -> None:
+    entries, func = _fexit_vfs_write(ksyms)
+    locs = {a: ksyms.locate(a) for e in entries for a in e[:2]}
+    raw = decode_branches(entries, locs)
+    kept = trim_tracer(raw, lambda loc: loc.symbol == func)
+    # The newest kept record is vfs_write returning into the trampoline.
+    assert len(kept) == 5
+    assert kept[-1].src.symbol == "vfs_write" and kept[-1].kind == "ret"
+    assert kept == raw[:5]
+
+
+def test_trim_without_a_function_drops_the_tracer_run(ksyms: Kallsyms) -> None:
+    entries, _ = _fexit_vfs_write(ksyms)
+    locs = {a: ksyms.locate(a) for e in entries for a in e[:2]}
+    raw = decode_branches(entries, locs)
+    kept = trim_tracer(raw, None)
+    # vfs_write -> __bpf_prog_enter* is the first record into the tracer: it goes too.
+    assert [b.src.symbol for b in kept] == ["ksys_write", "vfs_write", "vfs_write", "write_null"]
+
+
+def test_trim_keeps_all_when_nothing_is_the_tracer(ksyms: Kallsyms) -> None:
+    entries, _ = _fexit_vfs_write(ksyms)
+    locs = {a: ksyms.locate(a) for e in entries for a in e[:2]}
+    raw = decode_branches(entries[4:], locs)
+    assert trim_tracer(raw, lambda loc: loc.symbol == "no_such_function") == raw
+
+
+def test_hit_record_mirror_matches_the_header() -> None:
+    c = header_constants()
+    assert c["LBR_MAX_ENTRIES"] == 32
+    assert ctypes.sizeof(LbrHitRecord) == 64 + 24 * c["LBR_MAX_ENTRIES"]
+
+
+def test_hit_record_mirror_matches_the_object_btf() -> None:
+    if not TRACER_OBJECT.exists():
+        pytest.skip(f"{TRACER_OBJECT} not built (make -C bpf)")
+    if shutil.which("bpftool") is None:
+        pytest.skip("bpftool is not installed")
+    dump = subprocess.run(
+        ["bpftool", "btf", "dump", "file", str(TRACER_OBJECT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = dump.splitlines()
+    start = next(i for i, line in enumerate(lines) if "STRUCT 'lbr_hit'" in line)
+    size = int(lines[start].split("size=")[1].split()[0])
+    members = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        name = line.split("'")[1]
+        members.append((name, int(line.split("bits_offset=")[1]) // 8))
+    mirror = [(n.rstrip("_"), getattr(LbrHitRecord, n).offset) for n, _ in LbrHitRecord._fields_]
+    assert members == mirror
+    assert size == ctypes.sizeof(LbrHitRecord)
+
+
+def test_ring_buffer_record_decodes(ksyms: Kallsyms) -> None:
+    entries, _ = _fexit_vfs_write(ksyms)
+    c = header_constants()
+    rec = LbrHitRecord(
+        type=c["LBR_RECORD_HIT"],
+        hook=c["LBR_HOOK_FEXIT"],
+        cookie=3 << 32 | 7,
+        retval=-22,
+        flags=c["LBR_HIT_HAS_RETVAL"],
+        cpu=1,
+        pid=100,
+        tid=101,
+        snapshot_ret=24 * len(entries),
+        nr_entries=len(entries),
+    )
+    for i, (src, dst, fl) in enumerate(entries):
+        rec.entries[i].from_, rec.entries[i].to, rec.entries[i].flags = src, dst, fl
+    hit = _decode_record(bytes(rec))
+    assert (hit.target, hit.function, hit.retval, hit.cpu, hit.pid, hit.tid) == (
+        3,
+        7,
+        -22,
+        1,
+        100,
+        101,
+    )
+    assert hit.entries == entries
+    assert struct.unpack_from("<I", bytes(rec))[0] == c["LBR_RECORD_HIT"]
