@@ -1,0 +1,151 @@
+"""Addresses -> `symbol+0xoff (file:line)` with inlined frames, for kernel and BPF code.
+
+`get_symbolizer()` gives the process-wide `Symbolizer`: kernel symbols from
+/proc/kallsyms, BPF programs from their own line info, and kernel file:line from
+a debug vmlinux whose build-id matches the running kernel (else no lines, and
+`vmlinux_status` says why).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from ..model import InlineFrame, Location
+from .bpfprog import BpfPrograms
+from .dwarf import Frame
+from .kallsyms import KernelSymbols, Symbol
+from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
+
+__all__ = ["Symbolizer", "frames_to_location", "get_symbolizer"]
+
+
+def frames_to_location(
+    addr: int, symbol: str | None, offset: int, module: str | None, frames: tuple[Frame, ...]
+) -> Location:
+    """A Location from llvm-symbolizer-style frames (innermost first).
+
+    file:line is where the instruction is (the innermost frame). Each inlined
+    function becomes an InlineFrame carrying its call site in its caller, so
+    no line of the chain is lost.
+    """
+    if not frames:
+        return Location(addr, symbol, offset, module)
+    inlined = tuple(
+        InlineFrame(frames[i].function or "??", frames[i + 1].file, frames[i + 1].line)
+        for i in range(len(frames) - 1)
+    )
+    return Location(addr, symbol, offset, module, frames[0].file, frames[0].line, inlined)
+
+
+class Symbolizer:
+    """Symbolizes live kernel and BPF addresses of the running system."""
+
+    def __init__(self, vmlinux: str | None = None, kallsyms: str = "/proc/kallsyms") -> None:
+        self._lock = threading.Lock()
+        self.kallsyms = KernelSymbols(kallsyms)
+        self.bpf = BpfPrograms()
+        self._bpf_read = False
+        self._checked: set[tuple[str, int]] = set()
+        self.lines: VmlinuxLines | None = None
+        self.kaslr_offset = 0
+        path, status = find_vmlinux(vmlinux)
+        if path is not None:
+            try:
+                self.lines = VmlinuxLines(path)
+                elf_stext = self.lines.symbol_address("_stext")
+                live_stext = self.kallsyms.address_of("_stext")
+                if elf_stext is not None and live_stext is not None:
+                    self.kaslr_offset = live_stext - elf_stext
+            except VmlinuxError as exc:
+                path, status = None, str(exc)
+        if not self.kallsyms.readable:
+            status += "; /proc/kallsyms hides addresses (need root): no kernel symbols"
+        self._status = status
+
+    @property
+    def vmlinux_status(self) -> str:
+        """What debug vmlinux is used, or why kernel addresses get no file:line."""
+        return self._status
+
+    def locate(self, addr: int) -> Location:
+        """Symbolize one live address."""
+        return self.locate_many([addr])[addr]
+
+    def locate_many(self, addrs: Iterable[int]) -> dict[int, Location]:
+        """Symbolize many live addresses; kernel lines are looked up in one batch."""
+        with self._lock:
+            return self._locate_many(set(addrs))
+
+    def _locate_many(self, addrs: set[int]) -> dict[int, Location]:
+        out: dict[int, Location] = {}
+        core: list[int] = []
+        refreshed = False
+        for addr in sorted(addrs):
+            loc = self._locate_bpf(addr) if self._bpf_read else None
+            if loc is None:
+                sym = self.kallsyms.lookup(addr)
+                if not refreshed and self._looks_new(addr, sym):
+                    # Loaded after we read kallsyms / program info: read both again.
+                    refreshed = True
+                    self.kallsyms.reload()
+                    self._refresh_bpf()
+                    loc = self._locate_bpf(addr)
+                    sym = self.kallsyms.lookup(addr)
+                if loc is None and sym is not None and sym.module == "bpf":
+                    loc = self._locate_bpf(addr) if self._bpf_read else None
+            if loc is not None:
+                out[addr] = loc
+                continue
+            if sym is None:
+                out[addr] = Location(addr)
+            else:
+                out[addr] = Location(addr, sym.name, sym.offset, sym.module)
+                if sym.module is None and self.lines is not None:
+                    core.append(addr)
+        if core and self.lines is not None:
+            found = self.lines.lookup(a - self.kaslr_offset for a in core)
+            for a in core:
+                loc = out[a]
+                frames = found.get(a - self.kaslr_offset, ())
+                out[a] = frames_to_location(a, loc.symbol, loc.offset, loc.module, frames)
+        return out
+
+    def _looks_new(self, addr: int, sym: Symbol | None) -> bool:
+        """True for a BPF program we have no line table for, or code past every symbol."""
+        if sym is not None and sym.name.startswith("bpf_prog_"):
+            key: tuple[str, int] = (sym.name, addr - sym.offset)
+        elif self.kallsyms.in_core(addr) or (sym is not None and sym.module not in (None, "bpf")):
+            return False
+        else:
+            # Outside the core kernel and not in a module: JIT space (BPF programs,
+            # trampolines), where kallsyms as read may be out of date.
+            key = ("", addr >> 12)
+        # Each unknown program or page costs one re-read, not one per address.
+        if key in self._checked:
+            return False
+        self._checked.add(key)
+        return True
+
+    def _refresh_bpf(self) -> None:
+        try:
+            self.bpf.refresh()
+        except OSError as exc:  # no libbpf, no privileges
+            self.bpf.error = str(exc)
+        self._bpf_read = True
+
+    def _locate_bpf(self, addr: int) -> Location | None:
+        return self.bpf.locate(addr)
+
+
+_symbolizers: dict[str | None, Symbolizer] = {}
+_symbolizers_lock = threading.Lock()
+
+
+def get_symbolizer(vmlinux: str | None = None) -> Symbolizer:
+    """The process-wide Symbolizer (one per explicit vmlinux path), created on first use."""
+    with _symbolizers_lock:
+        sym = _symbolizers.get(vmlinux)
+        if sym is None:
+            sym = _symbolizers[vmlinux] = Symbolizer(vmlinux)
+        return sym

@@ -1,0 +1,135 @@
+"""On-disk cache of symbolized addresses, keyed by the vmlinux build-id.
+
+Data only (no pickle): a small header, a string table and flat arrays of
+unsigned integers, so a warm session loads 100,000 addresses in milliseconds.
+Writes go to a temporary file renamed into place, so readers never see half a
+file and concurrent sessions (pytest-xdist workers) at worst redo some work.
+
+Layout (little endian):
+    magic "PLBRSYM1", u32 nstrings, u32 naddrs, u32 nframes, u32 strings_len
+    strings: '\\0'-separated UTF-8 (string 0 is "" and stands for None)
+    addrs:   u64 * naddrs, sorted
+    starts:  u32 * (naddrs + 1), index of each address's first frame
+    frames:  u32 * 3 * nframes: function string, file string, line
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import tempfile
+from array import array
+from collections.abc import Mapping
+from pathlib import Path
+
+from .dwarf import Frame
+
+__all__ = ["FrameCache", "cache_dir"]
+
+_MAGIC = b"PLBRSYM1"
+_HEADER = struct.Struct("<8sIIII")
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/pytest-lbr, else ~/.cache/pytest-lbr."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-lbr"
+
+
+def _array(code: str, data: bytes) -> array:
+    a = array(code)
+    a.frombytes(data)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a
+
+
+class FrameCache:
+    """Source frames of already symbolized addresses of one build of a kernel."""
+
+    def __init__(self, build_id: str, directory: Path | None = None) -> None:
+        self.path = (directory or cache_dir()) / "lines" / f"{build_id}.bin"
+
+    def load(self) -> dict[int, tuple[Frame, ...]]:
+        """Everything cached so far; {} when there is no (valid) cache file."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return {}
+        try:
+            return _decode(data)
+        except (ValueError, IndexError, struct.error):
+            return {}  # a foreign or damaged file: rebuilt on the next save
+
+    def save(self, entries: Mapping[int, tuple[Frame, ...]]) -> None:
+        """Write `entries` (the whole set, old and new) atomically."""
+        data = _encode(entries)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".bin")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+
+def _encode(entries: Mapping[int, tuple[Frame, ...]]) -> bytes:
+    strings: dict[str, int] = {"": 0}
+
+    def sid(s: str | None) -> int:
+        if not s:
+            return 0
+        i = strings.get(s)
+        if i is None:
+            i = strings[s] = len(strings)
+        return i
+
+    addrs = array("Q")
+    starts = array("I", [0])
+    frames = array("I")
+    for addr in sorted(entries):
+        addrs.append(addr)
+        for fr in entries[addr]:
+            frames.extend((sid(fr.function), sid(fr.file), fr.line))
+        starts.append(len(frames) // 3)
+    blob = "\0".join(strings).encode()
+    if sys.byteorder != "little":
+        for a in (addrs, starts, frames):
+            a.byteswap()
+    header = _HEADER.pack(_MAGIC, len(strings), len(addrs), len(frames) // 3, len(blob))
+    return header + blob + addrs.tobytes() + starts.tobytes() + frames.tobytes()
+
+
+def _decode(data: bytes) -> dict[int, tuple[Frame, ...]]:
+    magic, nstr, naddr, nframes, blen = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise ValueError("not a pytest-lbr line cache")
+    pos = _HEADER.size
+    strs: list[str | None] = list(data[pos : pos + blen].decode().split("\0"))
+    if len(strs) != nstr:
+        raise ValueError("string table size")
+    strs[0] = None
+    pos += blen
+    addrs = _array("Q", data[pos : pos + 8 * naddr])
+    pos += 8 * naddr
+    starts = _array("I", data[pos : pos + 4 * (naddr + 1)])
+    pos += 4 * (naddr + 1)
+    flat = _array("I", data[pos : pos + 12 * nframes])
+    if len(flat) != 3 * nframes or len(starts) != naddr + 1:
+        raise ValueError("truncated cache")
+    # Many addresses share frames (same line): build each distinct frame once.
+    made: dict[tuple[int, int, int], Frame] = {}
+    frames: list[Frame] = []
+    for i in range(0, len(flat), 3):
+        key = (flat[i], flat[i + 1], flat[i + 2])
+        fr = made.get(key)
+        if fr is None:
+            fr = made[key] = Frame(strs[key[0]], strs[key[1]], key[2])
+        frames.append(fr)
+    out: dict[int, tuple[Frame, ...]] = {}
+    for i, addr in enumerate(addrs):
+        out[addr] = tuple(frames[starts[i] : starts[i + 1]])
+    return out
