@@ -1,11 +1,161 @@
-"""pytest glue: options, markers, fixtures and hooks (filled in by issue 5)."""
+"""pytest glue: options, the `lbr` marker, fixtures and hooks.
+
+Each hook hands off to the `LbrSession` in `config.stash` (pytest_lbr.session);
+nothing heavy is imported here, so without `--lbr` the plugin costs nothing.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
+from typing import Any
+
 import pytest
+
+from pytest_lbr.session import (
+    BACKEND_CHOICES,
+    FILTER_CHOICES,
+    SESSION_KEY,
+    LbrSession,
+)
+
+__all__ = ["bpf", "lbr", "lbr_golden"]
+
+_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
+    # (flag, argparse kwargs, ini type)
+    (
+        "--lbr",
+        {
+            "action": "store_true",
+            "help": "enable branch tracing; without it, tests that need tracing are skipped",
+        },
+        "bool",
+    ),
+    (
+        "--lbr-backend",
+        {
+            "choices": BACKEND_CHOICES,
+            "help": "auto (hardware LBR where the CPU has "
+            "it, else graph), lbr or graph (default: auto)",
+        },
+        "string",
+    ),
+    (
+        "--lbr-require",
+        {"action": "store_true", "help": "tracing unavailable -> error, not skip"},
+        "bool",
+    ),
+    ("--lbr-filter", {"choices": FILTER_CHOICES, "help": "LBR branch filter (LBR only)"}, "string"),
+    (
+        "--lbr-golden-update",
+        {"action": "store_true", "help": "write/refresh golden traces instead of comparing"},
+        "bool",
+    ),
+    (
+        "--lbr-vmlinux",
+        {"metavar": "PATH", "help": "debug vmlinux for file:line (default: auto-discovered)"},
+        "string",
+    ),
+    (
+        "--lbr-report",
+        {
+            "metavar": "DIR",
+            "help": "write every traced test's trace (text) and one HTML page to DIR",
+        },
+        "string",
+    ),
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lbr", "LBR branch tracing (pytest-lbr)")
-    group.addoption("--lbr", action="store_true", dest="lbr", default=False,
-                    help="enable branch tracing for tests that use the lbr fixture or marker")
+    for flag, kwargs, ini_type in _OPTIONS:
+        dest = flag.lstrip("-").replace("-", "_")
+        group.addoption(flag, dest=dest, default=None, **kwargs)
+        parser.addini(dest, f"default for {flag}", type=ini_type)  # type: ignore[arg-type]
+    parser.addini(
+        "lbr_golden_exclude", "extra functions (globs) left out of golden traces", type="linelist"
+    )
+    parser.addini(
+        "lbr_golden_keep",
+        "functions (globs) kept in golden traces despite the default exclusions",
+        type="linelist",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "lbr(*targets, golden=False, level='function', exclude=(), keep=(), collapse=True, "
+        "sort_hits=False): trace targets for the whole test body; golden=True compares with "
+        "the golden trace afterwards",
+    )
+    session = config.stash[SESSION_KEY] = LbrSession(config)
+    # Registered as a plugin too, for pytest_runtest_logreport (which gets no config and
+    # runs on the xdist controller for every worker's reports).
+    config.pluginmanager.register(session, "lbr-session")
+
+
+def _session(config: pytest.Config) -> LbrSession:
+    return config.stash[SESSION_KEY]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _session(config).add_marker_fixture(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with _session(item.config).marked_body(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    _session(item.config).on_report(item, call, report)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _session(session.config).finish(session)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    _session(config).summary(terminalreporter)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    _session(node.config).worker_done(node)
+
+
+@pytest.fixture
+def lbr(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
+    """The `Tracer`: `with lbr.trace(*targets) as trace: ...`, `lbr.check_golden(trace)`.
+
+    Skipped without --lbr ("tracing disabled: run with --lbr") and when the backend
+    cannot run here (the reason; an error with --lbr-require). Under
+    `@pytest.mark.lbr(targets...)` the whole-body trace is `lbr.traces[0]`.
+    """
+    yield from _session(request.config).lbr_fixture(request)
+
+
+@pytest.fixture
+def bpf() -> Generator[Any, None, None]:
+    """A `BpfLoader`: `bpf.load(path) -> BpfObject`; everything loaded is closed at teardown."""
+    from pytest_lbr.bpf import BpfLoader  # type: ignore[import-not-found,unused-ignore]
+
+    loader = BpfLoader()
+    try:
+        yield loader
+    finally:
+        loader.close()
+
+
+@pytest.fixture
+def lbr_golden(request: pytest.FixtureRequest) -> Generator[Callable[..., None], None, None]:
+    """`lbr_golden(trace, name=None, level="function")`: the golden check of `lbr.check_golden`
+    for traces from elsewhere (a saved trace, the CLI); needs no tracing, so no --lbr."""
+    yield from _session(request.config).golden_fixture(request)

@@ -1,0 +1,411 @@
+"""`LbrSession`: everything the pytest plugin does, kept in `config.stash`.
+
+`pytest_lbr.plugin` only declares options, hooks and fixtures and hands each one
+to this object. Importing this module costs nothing measurable: the tracer, the
+capture backends, golden files and reports are imported when first used, and
+without `--lbr` they never are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_lbr.golden import Normalization
+    from pytest_lbr.model import Trace
+    from pytest_lbr.tracer import Tracer
+
+__all__ = [
+    "BACKEND_CHOICES",
+    "EXIT_CANNOT_TRACE",
+    "FILTER_CHOICES",
+    "LEVEL_CHOICES",
+    "SESSION_KEY",
+    "LbrSession",
+    "TestRecord",
+]
+
+# Kept here (not imported from pytest_lbr.capture) so option parsing imports nothing heavy;
+# tests/test_plugin.py checks they equal pytest_lbr.capture.BACKENDS / FILTERS.
+BACKEND_CHOICES = ("auto", "lbr", "graph")
+FILTER_CHOICES = (
+    "any",
+    "any_call",
+    "any_return",
+    "call",
+    "ind_call",
+    "cond",
+    "call_stack",
+    "ind_jump",
+)
+LEVEL_CHOICES = ("function", "symbol", "line")
+#: `git bisect run` reads 125 as "this commit cannot be tested": used when tracing could not run.
+EXIT_CANNOT_TRACE = 125
+DISABLED_REASON = "tracing disabled: run with --lbr"
+_MARKER_KWARGS = {"golden", "level", "exclude", "keep", "collapse", "sort_hits"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+\-\[\]]")
+
+
+@dataclass
+class TestRecord:
+    """What one test traced and how its golden checks went (reports read this)."""
+
+    __test__ = False  # not a pytest test class despite the name
+
+    nodeid: str
+    outcome: str = "passed"
+    #: The `lbr` fixture's `Tracer.traces` (the same list object), when it was used.
+    tracer_traces: list[Trace] = field(default_factory=list)
+    #: Traces passed to a golden check that did not come from the tracer.
+    checked_traces: list[Trace] = field(default_factory=list)
+    #: One dict per golden check: name, path, status, expected, actual, message.
+    golden: list[dict[str, Any]] = field(default_factory=list)
+    golden_names: set[str] = field(default_factory=set)
+    reported: bool = False
+
+    @property
+    def traces(self) -> list[Trace]:
+        """Every trace of the test, each once, in the order taken."""
+        extra = [t for t in self.checked_traces if all(t is not u for u in self.tracer_traces)]
+        return [*self.tracer_traces, *extra]
+
+
+RECORD_KEY = pytest.StashKey[TestRecord]()
+SESSION_KEY = pytest.StashKey["LbrSession"]()
+
+
+class LbrSession:
+    """Per-session state: options, the backend probe, golden writes and reports."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.enabled = bool(self._option("lbr"))
+        self.backend = str(self._option("lbr_backend") or "auto")
+        self.require = bool(self._option("lbr_require"))
+        self.filter = self._option("lbr_filter") or None
+        self.golden_update = bool(self._option("lbr_golden_update"))
+        self.vmlinux = self._option("lbr_vmlinux") or None
+        report = self._option("lbr_report")
+        self.report_dir = Path(report).resolve() if report else None
+        self.is_worker = hasattr(config, "workerinput")
+        self._check_choice("--lbr-backend / lbr_backend", self.backend, BACKEND_CHOICES)
+        if self.filter is not None:
+            self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
+        #: Golden files written in this process, and (controller) by the xdist workers.
+        self.written: list[str] = []
+        #: Tests that needed tracing, split by whether they could get it.
+        self.traced_ok = 0
+        self.traced_unavailable = 0
+        self.unavailable_reason = ""
+        self._probe: tuple[bool, str, str] | None = None
+        if self.report_dir is not None and not self.is_worker:
+            shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
+
+    # -- options -------------------------------------------------------------------
+
+    def _option(self, dest: str) -> Any:
+        value = self.config.getoption(dest, default=None)
+        if value is None or value is False:
+            ini = self.config.getini(dest)
+            return ini if ini not in ("", [], None) else value
+        return value
+
+    @staticmethod
+    def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
+        if value not in choices:
+            raise pytest.UsageError(
+                f"{what}: unknown value {value!r}; choose from {', '.join(choices)}"
+            )
+
+    # -- the lbr fixture and the marker ---------------------------------------------
+
+    def add_marker_fixture(self, items: list[pytest.Item]) -> None:
+        """Tests marked with targets get the `lbr` fixture even when they don't ask for it
+        (a marker without targets only sets golden knobs: it needs no tracing)."""
+        for item in items:
+            marker = item.get_closest_marker("lbr")
+            if marker is not None and marker.args and isinstance(item, pytest.Function):
+                if "lbr" not in item.fixturenames:
+                    item.fixturenames.append("lbr")
+
+    def lbr_fixture(self, request: pytest.FixtureRequest) -> Generator[Tracer, None, None]:
+        """Set up the `Tracer` for one test (or skip/error saying why), record it after."""
+        item = request.node
+        if not self.enabled:
+            pytest.skip(DISABLED_REASON)
+        available, backend, reason = self.probe()
+        if not available:
+            item.user_properties.append(("lbr_tracing", "unavailable"))
+            if self.require:
+                pytest.fail(
+                    f"tracing required (--lbr-require) but unavailable: {reason}", pytrace=False
+                )
+            pytest.skip(reason)
+        item.user_properties.append(("lbr_tracing", backend))
+        from pytest_lbr.tracer import Tracer
+
+        tracer = Tracer(backend=self.backend, filter=self.filter)
+        record = self.record(item)
+        record.tracer_traces = tracer.traces  # the same list: every trace the test takes
+        tracer.golden_checker = lambda trace, name=None, level="function": self.check_golden(
+            item, trace, name=name, level=level
+        )
+        yield tracer
+        self.finish_record(item)
+
+    def golden_fixture(
+        self, request: pytest.FixtureRequest
+    ) -> Generator[Callable[..., None], None, None]:
+        """The `lbr_golden` fixture: golden checks without tracing; reported like traces."""
+        item = request.node
+        yield lambda trace, name=None, level="function": self.check_golden(
+            item, trace, name=name, level=level
+        )
+        self.finish_record(item)
+
+    def probe(self) -> tuple[bool, str, str]:
+        """(available, backend, reason) for the configured backend, probed once."""
+        if self._probe is None:
+            try:
+                from pytest_lbr.tracer import Tracer
+
+                tracer = Tracer(backend=self.backend, filter=self.filter)
+                available = tracer.available
+                self._probe = (available, tracer.backend, "" if available else tracer.reason)
+            except Exception as e:  # a backend that cannot even be imported is unavailable
+                self._probe = (
+                    False,
+                    self.backend,
+                    f"{self.backend} backend: {type(e).__name__}: {e}",
+                )
+        return self._probe
+
+    @contextmanager
+    def marked_body(self, item: pytest.Item) -> Iterator[None]:
+        """Trace the whole test body for `@pytest.mark.lbr(targets...)`, then golden-check."""
+        marker = item.get_closest_marker("lbr")
+        tracer = getattr(item, "funcargs", {}).get("lbr")
+        if marker is None or tracer is None or not marker.args:
+            if marker is not None and marker.kwargs.get("golden") and not marker.args:
+                pytest.fail("@pytest.mark.lbr(golden=True) needs targets to trace", pytrace=False)
+            yield
+            return
+        unknown = set(marker.kwargs) - _MARKER_KWARGS
+        if unknown:
+            pytest.fail(
+                f"@pytest.mark.lbr: unknown keyword(s) {', '.join(sorted(unknown))}", pytrace=False
+            )
+        with tracer.trace(*marker.args) as trace:
+            yield
+        if marker.kwargs.get("golden"):
+            self.check_golden(item, trace, level=marker.kwargs.get("level", "function"))
+
+    # -- golden traces -----------------------------------------------------------
+
+    def normalization(self, item: pytest.Item) -> Normalization:
+        """Default exclusions + ini `lbr_golden_exclude`/`lbr_golden_keep` + marker knobs."""
+        from pytest_lbr.golden import DEFAULT_EXCLUDE, Normalization
+
+        marker = item.get_closest_marker("lbr")
+        kw = marker.kwargs if marker else {}
+        exclude = (
+            *DEFAULT_EXCLUDE,
+            *self.config.getini("lbr_golden_exclude"),
+            *kw.get("exclude", ()),
+        )
+        keep = (*self.config.getini("lbr_golden_keep"), *kw.get("keep", ()))
+        return Normalization(
+            exclude=tuple(exclude),
+            keep=tuple(keep),
+            collapse=bool(kw.get("collapse", True)),
+            sort_hits=bool(kw.get("sort_hits", False)),
+        )
+
+    def check_golden(
+        self, item: pytest.Item, trace: Trace, name: str | None = None, level: str = "function"
+    ) -> None:
+        """Compare `trace` with the test's golden file, or write it under --lbr-golden-update."""
+        from pytest_lbr import golden as g
+
+        record = self.record(item)
+        test_name = _golden_test_name(item) + (f".{name}" if name else "")
+        if test_name in record.golden_names:
+            pytest.fail(
+                f"check_golden called twice for {test_name!r}: pass name= to tell them apart",
+                pytrace=False,
+            )
+        record.golden_names.add(test_name)
+        record.checked_traces.append(trace)
+        if level not in g.LEVELS:
+            pytest.fail(
+                f"unknown golden level {level!r}; choose from {', '.join(g.LEVELS)}", pytrace=False
+            )
+        release = trace.kernel_release or os.uname().release
+        path, default = g.golden_path(Path(str(item.path)), test_name, release)
+        entry: dict[str, Any] = {
+            "name": test_name,
+            "path": str(path),
+            "level": level,
+            "expected": [],
+            "actual": [],
+        }
+        record.golden.append(entry)
+
+        def done(status: str, message: str = "") -> None:
+            entry["status"], entry["message"] = status, message
+            item.user_properties.append(("lbr_golden", f"{status}: {_rel(path)}"))
+            if status not in ("match", "written", "unchanged"):
+                pytest.fail(message, pytrace=False)
+
+        if trace.lost:
+            return done(
+                "error", f"trace lost {trace.lost} records: a golden comparison would be unreliable"
+            )
+        actual = entry["actual"] = g.normalize(trace, level, self.normalization(item))
+        old: g.GoldenFile | None = None
+        problem = ""
+        try:
+            old = g.parse(path.read_text(encoding="utf-8"), _rel(path)) if path.exists() else None
+        except g.GoldenError as e:
+            problem = str(e)
+        if problem and not self.golden_update:
+            return done("error", f"unusable golden trace: {problem}")
+        if old is not None:
+            entry["expected"] = old.lines
+        if self.golden_update:
+            if (
+                old is not None
+                and old.lines == actual
+                and old.level == level
+                and old.backend == trace.backend
+            ):
+                return done("unchanged")
+            g.write_atomic(path, g.serialize(trace, actual, level))
+            self.note_written(_rel(path))
+            return done("written")
+        if old is None:
+            return done(
+                "missing",
+                f"no golden trace {_rel(default)}: run with --lbr-golden-update to record it",
+            )
+        if old.level != level:
+            return done(
+                "error",
+                f"{_rel(path)} was recorded at level {old.level!r}, checked at {level!r}: re-record it",
+            )
+        try:
+            cmp = g.compare(trace, old, Path(_rel(path)), actual)
+        except g.GoldenError as e:
+            problem = str(e)
+        if problem:
+            return done("error", f"unusable golden trace: {problem}")
+        if cmp.matches:
+            return done("match")
+        done(
+            "mismatch",
+            f"golden trace mismatch: {_rel(path)}\n{cmp.first_divergence()}\n{cmp.diff()}\n"
+            "(if the new path is right: pytest --lbr --lbr-golden-update)",
+        )
+
+    def note_written(self, path: str) -> None:
+        self.written.append(path)
+        if self.is_worker:  # the controller prints one summary for all workers
+            self.config.workeroutput.setdefault("lbr_written", []).append(path)  # type: ignore[attr-defined]
+
+    def worker_done(self, node: Any) -> None:
+        """xdist controller: collect what a worker wrote."""
+        self.written.extend(getattr(node, "workeroutput", {}).get("lbr_written", []))
+
+    # -- records, reports, assertion explanations ---------------------------------
+
+    def record(self, item: pytest.Item) -> TestRecord:
+        if RECORD_KEY not in item.stash:
+            item.stash[RECORD_KEY] = TestRecord(item.nodeid)
+        return item.stash[RECORD_KEY]
+
+    def on_report(
+        self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
+    ) -> None:
+        """Remember the outcome; explain failed trace queries under the traceback."""
+        if RECORD_KEY in item.stash and report.when in ("setup", "call") and not report.passed:
+            item.stash[RECORD_KEY].outcome = report.outcome
+        if report.when == "call" and report.failed and call.excinfo is not None:
+            if call.excinfo.errisinstance(AssertionError) and hasattr(
+                report.longrepr, "addsection"
+            ):
+                from pytest_lbr.assertions import explain_failure
+
+                text = explain_failure(call.excinfo)
+                if text:
+                    report.longrepr.addsection("lbr: why the trace query failed", text)  # type: ignore[union-attr]
+
+    def finish_record(self, item: pytest.Item) -> None:
+        """At teardown: write the test's trace text and report part; JUnit properties."""
+        record = item.stash.get(RECORD_KEY, None)
+        if record is None or self.report_dir is None or not record.traces or record.reported:
+            return
+        record.reported = True  # a test may use both `lbr` and `lbr_golden`
+        from pytest_lbr.report import write_test_files
+
+        text_path = write_test_files(self.report_dir, record)
+        item.user_properties.append(("lbr_trace", str(text_path)))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Hook (the session is registered as a plugin): count tests that needed tracing,
+        on the xdist controller too, from the properties the reports carry."""
+        if report.when != "teardown":
+            return
+        for key, value in report.user_properties:
+            if key == "lbr_tracing":
+                if value == "unavailable":
+                    self.traced_unavailable += 1
+                else:
+                    self.traced_ok += 1
+
+    def finish(self, session: pytest.Session) -> None:
+        """Exit status for bisecting, and the HTML report (once, not per worker)."""
+        if self.enabled and self.traced_unavailable and not self.traced_ok:
+            self.unavailable_reason = self.probe()[2]
+            session.exitstatus = EXIT_CANNOT_TRACE
+        if self.report_dir is not None and not self.is_worker:
+            from pytest_lbr.report import write_html
+
+            write_html(self.report_dir)
+
+    def summary(self, terminal: Any) -> None:
+        """Terminal summary: golden files written, report, why the exit status is 125."""
+        if self.is_worker:
+            return
+        if self.written:
+            terminal.write_sep("-", f"lbr: {len(self.written)} golden trace(s) written")
+            for path in sorted(self.written):
+                terminal.write_line(f"  {path}")
+        if self.report_dir is not None and (self.report_dir / "index.html").exists():
+            terminal.write_line(f"lbr: report {self.report_dir / 'index.html'}")
+        if self.unavailable_reason:
+            terminal.write_line(
+                f"lbr: tracing could not run in this session ({self.unavailable_reason}): "
+                f"exit status {EXIT_CANNOT_TRACE}"
+            )
+
+
+def _golden_test_name(item: pytest.Item) -> str:
+    # "test_mod.py::TestX::test_y[a]" -> "TestX.test_y[a]": unique within the module.
+    parts = item.nodeid.split("::")[1:]
+    return _UNSAFE.sub("_", ".".join(parts) or item.name)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
