@@ -1,0 +1,78 @@
+"""A TCP connect on loopback, seen from the kernel: a kernel-function trace
+around the syscall, and a tracepoint program that counts connects."""
+
+import os
+import socket
+import struct
+from contextlib import closing
+
+import pytest
+
+from pytest_lbr.libbpf import check_ptr, lib
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    with closing(srv):
+        yield srv.getsockname()
+
+
+def connect(addr) -> None:
+    with closing(socket.create_connection(addr, timeout=5)):
+        pass
+
+
+def test_connect_goes_through_tcp_v4_connect(listener, lbr):
+    with lbr.trace("kfunc:tcp_v4_connect") as trace:
+        connect(listener)
+
+    assert len(trace.hits) == 1
+    assert trace.hits[0].retval == 0
+    # The socket layer hands the connect to TCP, which routes it and sends the SYN.
+    assert trace.has_path("__inet_stream_connect", "tcp_v4_connect", "tcp_connect")
+    assert trace.called("ip_route_output_key_hash*", by="*")
+
+
+# The marker form: the whole test body is traced, the golden check runs after it.
+@pytest.mark.lbr("kfunc:__sys_connect", golden=True)
+def test_connect_syscall(listener, lbr):
+    connect(listener)
+    trace = lbr.traces[0]
+    assert trace.has_path("__sys_connect", "tcp_v4_connect")
+
+
+@pytest.fixture
+def connect_counter(bpf, built):
+    """The tracepoint program, loaded and attached to syscalls/sys_enter_connect."""
+    obj = bpf.load(built("connect_count"))
+    prog = obj.programs["count_connect"]
+    # The harness loads and test-runs programs; attaching is one libbpf call.
+    link = check_ptr(
+        lib.bpf_program__attach_tracepoint_opts(prog._ptr, b"syscalls", b"sys_enter_connect", None),
+        "attach count_connect",
+    )
+    try:
+        yield obj
+    finally:
+        lib.bpf_link__destroy(link)
+
+
+def test_tracepoint_program_counts_connects(connect_counter, listener, lbr):
+    prog = connect_counter.programs["count_connect"]
+
+    with lbr.trace(prog) as trace:
+        connect(listener)
+        connect(listener)
+
+    value = connect_counter.maps["connects"].lookup(os.getpid())
+    assert value is not None and struct.unpack("<Q", value)[0] == 2
+    assert len(trace.hits) == 2  # one run per connect()
+    first, second = trace.hits
+    calls = lambda hit: [b.dst.symbol for b in hit.branches if b.kind == "call"]  # noqa: E731
+    # The first connect inserts the process's counter, the second finds it.
+    assert "htab_map_update_elem" in calls(first)
+    assert "htab_map_update_elem" not in calls(second)
+    assert trace.called("bpf_get_current_pid_tgid", by="count_connect")

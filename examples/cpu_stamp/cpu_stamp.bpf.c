@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Spread packets over per-CPU counters: the program calls
+ * bpf_get_smp_processor_id() for every packet. On 6.1 that is a call into
+ * the kernel; since 6.10 the x86-64 verifier inlines it (a per-CPU load), so
+ * the call is gone from the trace. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#define MAX_CPUS 64
+
+/* Packets seen per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, __u32);
+	__type(value, __u64);
+} per_cpu SEC(".maps");
+
+SEC("xdp")
+int cpu_stamp(struct xdp_md *ctx)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 *n;
+
+	n = bpf_map_lookup_elem(&per_cpu, &cpu);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";
