@@ -84,4 +84,6 @@ class KernelSymbols:
 
     def in_core(self, addr: int) -> bool:
         """True if addr lies in the core kernel's symbol range (not modules/BPF)."""
-        return bool(self.starts) and self.starts[0] <= addr <= self._core_end
+        # kallsyms has no sizes: allow the last core symbol some body. Modules
+        # and JIT images live gigabytes away (0xffffffffa0000000 and up on x86).
+        return bool(self.starts) and self.starts[0] <= addr < self._core_end + (2 << 20)

@@ -32,6 +32,7 @@ __all__ = [
     "VmlinuxMismatch",
     "candidate_paths",
     "elf_build_id",
+    "fetch_debian_dbg",
     "find_vmlinux",
     "running_build_id",
     "sample_text_addresses",
@@ -363,3 +364,43 @@ def sample_text_addresses(
         i = rnd.choice(pool)
         out.append(starts[i] + rnd.randrange(sizes[i]))
     return out
+
+
+def fetch_debian_dbg(release: str, directory: Path | None = None) -> str:
+    """The Debian debug vmlinux of `release` (e.g. "6.1.0-56-amd64"), downloaded once.
+
+    `apt-get download linux-image-RELEASE-dbg` into the cache and extract only
+    ./usr/lib/debug/boot/vmlinux-RELEASE. Raises VmlinuxError saying why if apt
+    cannot fetch it.
+    """
+    base = directory or cache_dir() / "dbg"
+    target = base / "usr" / "lib" / "debug" / "boot" / f"vmlinux-{release}"
+    if target.exists():
+        return str(target)
+    base.mkdir(parents=True, exist_ok=True)
+    pkg = f"linux-image-{release}-dbg"
+    print(f"pytest-lbr: downloading {pkg} (~900 MB) into {base}", file=sys.stderr)
+    res = subprocess.run(["apt-get", "download", pkg], cwd=base, capture_output=True, text=True)
+    debs = sorted(base.glob(f"{pkg}_*.deb"))
+    if res.returncode != 0 or not debs:
+        msg = (res.stderr.strip().splitlines() or ["no .deb"])[-1]
+        raise VmlinuxError(f"apt-get download {pkg} failed: {msg}")
+    print(f"pytest-lbr: extracting vmlinux-{release} from {debs[-1].name}", file=sys.stderr)
+    tmp = base / f".extract-{os.getpid()}"
+    tmp.mkdir(exist_ok=True)
+    try:
+        cmd = (
+            f"dpkg-deb --fsys-tarfile '{debs[-1]}' | "
+            f"tar -x -C '{tmp}' './usr/lib/debug/boot/vmlinux-{release}'"
+        )
+        res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+        got = tmp / "usr" / "lib" / "debug" / "boot" / f"vmlinux-{release}"
+        if res.returncode != 0 or not got.exists():
+            raise VmlinuxError(f"cannot extract vmlinux from {debs[-1]}: {res.stderr.strip()}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(got, target)  # atomic: a concurrent reader never sees half a file
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for deb in debs:
+        deb.unlink()
+    return str(target)

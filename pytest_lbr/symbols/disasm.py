@@ -1,0 +1,230 @@
+"""Disassembly with capstone of kernel text and JITed BPF images, annotated with source lines.
+
+Code bytes come from the debug vmlinux (ELF addresses, KASLR removed), from
+/proc/kcore (the live kernel, root only), or from a BPF program's
+jited_prog_insns. `instruction_at` gives the instruction at a branch's `from`
+address, which is what `pytest-lbr trace --disasm` prints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import capstone
+
+from ..libbpf import lib
+from ..model import Location
+from .bpfprog import jited_image
+
+if TYPE_CHECKING:
+    from . import Symbolizer
+
+__all__ = [
+    "Instruction",
+    "KcoreReader",
+    "VmlinuxText",
+    "annotate",
+    "branch_instruction",
+    "disassemble",
+    "disassemble_function",
+    "function_code",
+    "format_listing",
+    "instruction_at",
+]
+
+_ARCHES = {
+    "x86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
+    "EM_X86_64": (capstone.CS_ARCH_X86, capstone.CS_MODE_64),
+    "arm64": (capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
+    "aarch64": (capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
+    "EM_AARCH64": (capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM),
+}
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One decoded instruction, with its source location when known."""
+
+    addr: int
+    size: int
+    mnemonic: str
+    operands: str
+    raw: bytes
+    location: Location | None = None
+
+    @property
+    def text(self) -> str:
+        return f"{self.mnemonic} {self.operands}".strip()
+
+    def __str__(self) -> str:
+        return f"{self.addr:#x}: {self.raw.hex(' '):<30} {self.text}"
+
+
+def disassemble(code: bytes, addr: int, arch: str = "x86_64") -> list[Instruction]:
+    """Decode `code` loaded at `addr`; stops at the first undecodable byte."""
+    try:
+        cs_arch, cs_mode = _ARCHES[arch]
+    except KeyError:
+        raise ValueError(f"no disassembler for architecture {arch!r}") from None
+    md = capstone.Cs(cs_arch, cs_mode)
+    return [
+        Instruction(i.address, i.size, i.mnemonic, i.op_str, bytes(i.bytes))
+        for i in md.disasm(code, addr)
+    ]
+
+
+def annotate(
+    insns: list[Instruction], locate_many: Callable[[list[int]], dict[int, Location]]
+) -> list[Instruction]:
+    """The same instructions with `location` filled by a symbolizer's locate_many."""
+    locs = locate_many([i.addr for i in insns])
+    return [
+        Instruction(i.addr, i.size, i.mnemonic, i.operands, i.raw, locs.get(i.addr)) for i in insns
+    ]
+
+
+def format_listing(insns: list[Instruction]) -> str:
+    """objdump -S style text: a source line header whenever file:line changes."""
+    out: list[str] = []
+    last: str | None = None
+    for i in insns:
+        loc = i.location
+        if loc is not None:
+            src = loc.source
+            if src and src != last:
+                out.append(f"; {src}" + (f"  [{loc.symbol}]" if loc.symbol else ""))
+                last = src
+        out.append(f"  {i}")
+    return "\n".join(out)
+
+
+def instruction_at(
+    addr: int, function_start: int, read: Callable[[int, int], bytes], arch: str = "x86_64"
+) -> Instruction | None:
+    """The instruction starting at `addr` (e.g. a branch's `from`), decoding from the
+    start of its function so that x86's variable-length code is split correctly."""
+    if addr < function_start:
+        return None
+    # Enough bytes to reach addr and hold one more instruction (max 15 bytes on x86).
+    code = read(function_start, addr - function_start + 16)
+    for insn in disassemble(code, function_start, arch):
+        if insn.addr == addr:
+            return insn
+        if insn.addr > addr:
+            return None
+    return None
+
+
+class VmlinuxText:
+    """Reads code bytes of a vmlinux ELF file at ELF (non-KASLR) addresses."""
+
+    def __init__(self, path: str) -> None:
+        from elftools.elf.elffile import ELFFile
+
+        self.path = path
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            self.arch = elf["e_machine"]
+            self._segs = [
+                (s["p_vaddr"], s["p_filesz"], s["p_offset"])
+                for s in elf.iter_segments()
+                if s["p_type"] == "PT_LOAD"
+            ]
+
+    def read(self, addr: int, size: int) -> bytes:
+        """`size` bytes at ELF address `addr` (fewer at the end of a segment)."""
+        return _read_segments(self.path, self._segs, addr, size)
+
+
+class KcoreReader:
+    """Reads live kernel text through /proc/kcore (root; absent under lockdown)."""
+
+    def __init__(self, path: str = "/proc/kcore") -> None:
+        self.path = path
+        self._segs: list[tuple[int, int, int]] = []
+        with open(path, "rb") as f:
+            hdr = f.read(64)
+            if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
+                raise OSError(f"{path}: not a 64-bit ELF core")
+            phoff, = struct.unpack_from("<Q", hdr, 32)
+            phentsize, phnum = struct.unpack_from("<HH", hdr, 54)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            ptype, _flags, off, vaddr, _pa, filesz = struct.unpack_from(
+                "<IIQQQQ", table, i * phentsize
+            )
+            if ptype == 1:  # PT_LOAD
+                self._segs.append((vaddr, filesz, off))
+
+    def read(self, addr: int, size: int) -> bytes:
+        """`size` bytes of live kernel memory at `addr`."""
+        return _read_segments(self.path, self._segs, addr, size)
+
+
+def _read_segments(path: str, segs: list[tuple[int, int, int]], addr: int, size: int) -> bytes:
+    for vaddr, filesz, off in segs:
+        if vaddr <= addr < vaddr + filesz:
+            n = min(size, vaddr + filesz - addr)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return os.pread(fd, n, off + addr - vaddr)
+            finally:
+                os.close(fd)
+    raise ValueError(f"{addr:#x} is not in any loaded segment of {path}")
+
+
+def function_code(symbolizer: Symbolizer, addr: int) -> tuple[int, bytes]:
+    """(start, machine code) of the live kernel or BPF function containing `addr`.
+
+    BPF: the program's jited_prog_insns (its subprograms are concatenated in
+    jited_ksyms order). Kernel: the debug vmlinux when one matches, else /proc/kcore.
+    """
+    loc = symbolizer.locate(addr)
+    if loc.symbol is None:
+        raise ValueError(f"{addr:#x}: no symbol, cannot find its function")
+    start = addr - loc.offset
+    if loc.module == "bpf":
+        for prog in symbolizer.bpf.programs.values():
+            if prog.locate(addr) is None:
+                continue
+            fd = lib.bpf_prog_get_fd_by_id(prog.prog_id)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), f"cannot open BPF program {prog.prog_id}")
+            try:
+                _, image = jited_image(fd)
+            finally:
+                os.close(fd)
+            pos = 0
+            for fn in prog.funcs:
+                if fn.start == start:
+                    return start, image[pos : pos + fn.end - fn.start]
+                pos += fn.end - fn.start
+    end = symbolizer.kallsyms.end_of(addr) or start + 4096
+    size = min(end - start, 1 << 20)
+    if symbolizer.lines is not None and loc.module is None:
+        text = VmlinuxText(symbolizer.lines.path)
+        return start, text.read(start - symbolizer.kaslr_offset, size)
+    return start, KcoreReader().read(start, size)
+
+
+def disassemble_function(
+    symbolizer: Symbolizer, addr: int, arch: str = "x86_64"
+) -> list[Instruction]:
+    """The whole function containing live address `addr`, annotated with source lines."""
+    start, code = function_code(symbolizer, addr)
+    return annotate(disassemble(code, start, arch), symbolizer.locate_many)
+
+
+def branch_instruction(symbolizer: Symbolizer, addr: int, arch: str = "x86_64") -> Instruction | None:
+    """The instruction at a branch's `from` address, with its location."""
+    start, code = function_code(symbolizer, addr)
+    insn = instruction_at(addr, start, lambda a, n: code[a - start : a - start + n], arch)
+    if insn is None:
+        return None
+    return annotate([insn], symbolizer.locate_many)[0]

@@ -1,0 +1,54 @@
+"""Kernel symbols from /proc/kallsyms and from kallsyms-format files."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_lbr.symbols import get_symbolizer
+from pytest_lbr.symbols.kallsyms import KernelSymbols
+
+SAMPLE = """\
+ffffffff81000000 T _stext
+ffffffff81000000 T _text
+ffffffff81200000 T vfs_write
+ffffffff81200400 t write_null
+ffffffff81300000 D some_data
+ffffffffa0001000 t bpf_prog_0123456789abcdef_xdp_count\t[bpf]
+ffffffffc0100000 t e1000_probe\t[e1000]
+"""
+
+
+def test_lookup_names_offsets_modules(tmp_path) -> None:
+    path = tmp_path / "kallsyms"
+    path.write_text(SAMPLE)
+    ks = KernelSymbols(str(path))
+    s = ks.lookup(0xFFFFFFFF81200010)
+    assert (s.name, s.offset, s.module) == ("vfs_write", 0x10, None)
+    assert ks.lookup(0xFFFFFFFF81000004).name == "_stext"  # aliases: first one wins
+    s = ks.lookup(0xFFFFFFFFA0001008)
+    assert (s.name, s.module) == ("bpf_prog_0123456789abcdef_xdp_count", "bpf")
+    assert ks.lookup(0xFFFFFFFFC0100001).module == "e1000"
+    assert ks.lookup(0x1000) is None
+    assert ks.address_of("some_data") is None  # data never holds code
+    assert ks.in_core(0xFFFFFFFF81200401) and not ks.in_core(0xFFFFFFFFA0001008)
+
+
+def test_reload_sees_new_symbols(tmp_path) -> None:
+    path = tmp_path / "kallsyms"
+    path.write_text(SAMPLE)
+    ks = KernelSymbols(str(path))
+    path.write_text(SAMPLE + "ffffffffc0002000 t bpf_prog_fedcba9876543210_new\t[bpf]\n")
+    assert ks.lookup(0xFFFFFFFFC0002004).name.endswith("_xdp_count")
+    ks.reload()
+    assert ks.lookup(0xFFFFFFFFC0002004).name == "bpf_prog_fedcba9876543210_new"
+
+
+def test_live_kallsyms_locates_kernel_functions() -> None:
+    ks = KernelSymbols()
+    if not ks.readable:
+        pytest.skip("/proc/kallsyms hides addresses here (needs root / kptr_restrict=0)")
+    addr = ks.address_of("vfs_write")
+    assert addr is not None
+    loc = get_symbolizer().locate(addr + 5)
+    assert (loc.symbol, loc.offset, loc.module) == ("vfs_write", 5, None)
+    assert str(loc).startswith("vfs_write+0x5")

@@ -1,0 +1,113 @@
+"""Kernel file:line on Debian's 6.1 debug vmlinux: pyelftools vs llvm-symbolizer, build-id checks."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+
+import pytest
+
+from pytest_lbr.symbols.vmlinux import (
+    VmlinuxError,
+    VmlinuxLines,
+    VmlinuxMismatch,
+    check_matches_running,
+    fetch_debian_dbg,
+    running_build_id,
+    sample_text_addresses,
+)
+
+
+def _release_61() -> str:
+    images = sorted(glob.glob("/boot/vmlinuz-6.1.0-*-amd64"))
+    if not images:
+        pytest.skip("no Debian 6.1 kernel image in /boot (bash ci/setup installs it)")
+    return os.path.basename(images[-1]).removeprefix("vmlinuz-")
+
+
+@pytest.fixture(scope="session")
+def vmlinux_61() -> str:
+    """Debian's 6.1 debug vmlinux matching the installed 6.1 image, fetched once."""
+    release = _release_61()
+    try:
+        return fetch_debian_dbg(release)
+    except (VmlinuxError, OSError) as exc:
+        pytest.skip(f"cannot fetch linux-image-{release}-dbg with apt: {exc}")
+
+
+def _llvm() -> str:
+    for name in ("llvm-symbolizer", "llvm-symbolizer-14"):
+        if shutil.which(name):
+            return name
+    pytest.skip("llvm-symbolizer is not installed (Debian package llvm)")
+
+
+def test_pyelftools_agrees_with_llvm_symbolizer(vmlinux_61: str, tmp_path) -> None:
+    _llvm()
+    llvm = VmlinuxLines(vmlinux_61, cache=False)
+    # 1,000 addresses in 25 random functions: every kind of code (inlines, .cold
+    # parts, clones) while keeping pyelftools' per-unit decoding to seconds.
+    addrs = sample_text_addresses(llvm, 1000, seed=61, functions=25)
+    want = llvm.lookup(addrs)
+    py = VmlinuxLines(vmlinux_61, use_llvm=False, cache=False)
+    got = py.lookup(addrs)
+    inlined = sum(1 for a in addrs if len(want[a]) > 1)
+    agree = sum(1 for a in addrs if got[a] == want[a])
+    bad = [(hex(a), got[a], want[a]) for a in addrs if got[a] != want[a]][:5]
+    assert agree >= 0.99 * len(addrs), f"{agree}/{len(addrs)} agree; first differences: {bad}"
+    assert all(want[a] for a in addrs), "llvm-symbolizer found no line for some sampled address"
+    assert inlined > 0, "sample holds no inlined frame: the test would not cover inlines"
+    for frames in got.values():
+        assert not frames[0].file.startswith(("/", "debian/")), frames
+
+
+def test_cache_makes_second_session_warm(vmlinux_61: str, tmp_path) -> None:
+    first = VmlinuxLines(vmlinux_61, cache_directory=tmp_path)
+    addrs = sample_text_addresses(first, 200, seed=7, functions=5)
+    cold = first.lookup(addrs)
+    # A new object (a new session) with no way to decode: answers come from disk.
+    second = VmlinuxLines(vmlinux_61, use_llvm=False, cache_directory=tmp_path)
+    second._dwarf_lookup = None  # type: ignore[method-assign,assignment]
+    t0 = time.monotonic()
+    assert second.lookup(addrs) == cold
+    assert time.monotonic() - t0 < 1.0
+    assert any(p.name.endswith(".bin") for p in (tmp_path / "lines").iterdir())
+
+
+def test_wrong_build_id_is_refused_naming_both(vmlinux_61: str) -> None:
+    running = running_build_id()
+    if running is None:
+        pytest.skip("/sys/kernel/notes is unreadable here")
+    theirs = VmlinuxLines(vmlinux_61, cache=False).build_id
+    if running == theirs:
+        pytest.skip("running the 6.1 kernel itself: no mismatch to test")
+    with pytest.raises(VmlinuxMismatch) as exc:
+        check_matches_running(vmlinux_61)
+    msg = str(exc.value)
+    assert running in msg and theirs in msg and "\n" not in msg
+
+
+def test_truncated_and_non_elf_files_give_one_line(vmlinux_61: str, tmp_path) -> None:
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"this is not an ELF file\n" * 10)
+    cut = tmp_path / "cut"
+    with open(vmlinux_61, "rb") as f:
+        cut.write_bytes(f.read(4 << 20))
+    for path in (junk, cut, tmp_path / "missing"):
+        with pytest.raises(VmlinuxError) as exc:
+            VmlinuxLines(str(path))
+        assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(VmlinuxError, match="truncated"):
+        VmlinuxLines(str(cut))
+
+
+def test_offline_symbol_address_and_functions(vmlinux_61: str) -> None:
+    vm = VmlinuxLines(vmlinux_61, cache=False)
+    stext = vm.symbol_address("_stext")
+    assert stext is not None and stext % 4096 == 0
+    start = vm.symbol_address("vfs_write")
+    assert vm.function_at(start + 3) == ("vfs_write", 3)
+    (frames,) = vm.lookup([start]).values()
+    assert frames[-1].function == "vfs_write" and frames[0].file == "fs/read_write.c"
