@@ -37,7 +37,7 @@ def test_inlined_frames_and_lines(binary: Path) -> None:
     vm = VmlinuxLines(binary, use_llvm=False, cache=False)
     start = vm.symbol_address("compute")
     assert start is not None
-    (_, size, _), = [(s, z, n) for s, z, n in zip(*vm.functions(), strict=True) if n == "compute"]
+    ((_, size, _),) = [(s, z, n) for s, z, n in zip(*vm.functions(), strict=True) if n == "compute"]
     frames = vm.lookup(range(start, start + size))
     chains = [f for f in frames.values() if f]
     assert chains, "no line for any byte of compute()"

@@ -151,7 +151,7 @@ class KcoreReader:
             hdr = f.read(64)
             if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
                 raise OSError(f"{path}: not a 64-bit ELF core")
-            phoff, = struct.unpack_from("<Q", hdr, 32)
+            (phoff,) = struct.unpack_from("<Q", hdr, 32)
             phentsize, phnum = struct.unpack_from("<HH", hdr, 54)
             f.seek(phoff)
             table = f.read(phentsize * phnum)
@@ -221,7 +221,9 @@ def disassemble_function(
     return annotate(disassemble(code, start, arch), symbolizer.locate_many)
 
 
-def branch_instruction(symbolizer: Symbolizer, addr: int, arch: str = "x86_64") -> Instruction | None:
+def branch_instruction(
+    symbolizer: Symbolizer, addr: int, arch: str = "x86_64"
+) -> Instruction | None:
     """The instruction at a branch's `from` address, with its location."""
     start, code = function_code(symbolizer, addr)
     insn = instruction_at(addr, start, lambda a, n: code[a - start : a - start + n], arch)

@@ -232,7 +232,9 @@ class DwarfLines:
         self.path = os.fspath(path)
         self._file: BinaryIO = open(self.path, "rb")  # noqa: SIM115 -- kept for lazy reads
         self.elf = ELFFile(self._file)
-        if self.elf.get_section_by_name(".debug_info") is None:  # .eh_frame alone is not DWARF lines
+        if (
+            self.elf.get_section_by_name(".debug_info") is None
+        ):  # .eh_frame alone is not DWARF lines
             raise ValueError(f"{self.path}: no DWARF debug information")
         self.dwarf = self.elf.get_dwarf_info(relocate_dwarf_sections=False)
         self.aranges = self.dwarf.get_aranges()

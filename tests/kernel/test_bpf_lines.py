@@ -1,0 +1,60 @@
+"""A loaded BPF program's JIT addresses resolve to its C source file and lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.symbols import get_symbolizer
+from pytest_lbr.symbols.bpfprog import read_program
+from pytest_lbr.symbols.kallsyms import KernelSymbols
+from tests.bpf.objects import bpf_object, require_root
+
+pytestmark = pytest.mark.kernel
+
+SRC = Path(__file__).resolve().parents[1] / "bpf" / "xdp_helpers.bpf.c"
+
+
+def _body_lines(name: str) -> range:
+    """Lines of the C function `name`, from its signature to its closing brace."""
+    text = SRC.read_text().splitlines()
+    first = next(i for i, s in enumerate(text) if re.search(rf"\b{name}\(", s) and "{" not in s)
+    last = next(i for i in range(first, len(text)) if text[i] == "}")
+    return range(first + 1, last + 2)
+
+
+def test_jit_addresses_resolve_to_c_source_lines() -> None:
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    # The symbolizer exists before the program is loaded: it must catch up lazily.
+    sym = get_symbolizer()
+    with BpfObject(bpf_object("xdp_helpers")) as obj:
+        prog = obj.programs["xdp_helpers"]
+        table = read_program(prog.fd)
+        assert [f.name for f in table.funcs] == ["xdp_helpers", "note_cpu"]
+        # Independent of prog info: kallsyms names the same JIT start address.
+        ks = KernelSymbols()
+        assert ks.lookup(table.funcs[0].start).name == f"bpf_prog_{table.tag}_xdp_helpers"
+
+        addrs = [a for a, _, _ in table.lines]
+        locs = sym.locate_many(addrs)
+        src_text = SRC.read_text().splitlines()
+        bodies = {"xdp_helpers": _body_lines("xdp_helpers"), "note_cpu": _body_lines("note_cpu")}
+        real_lines = 0
+        for a in addrs:
+            loc = locs[a]
+            assert loc.module == "bpf" and loc.symbol in bodies, loc
+            assert loc.file is not None and loc.file.endswith("tests/bpf/xdp_helpers.bpf.c"), loc
+            if loc.line:  # clang marks compiler-made code with line 0
+                real_lines += 1
+                assert loc.line in bodies[loc.symbol], f"{loc}: outside {loc.symbol}()"
+                assert src_text[loc.line - 1].strip(), f"{loc}: a blank source line"
+        assert real_lines >= len(addrs) // 2
+        # An address inside an instruction range (not a line start) floors to its line.
+        mid = table.funcs[1].start + 1
+        loc = sym.locate(mid)
+        assert loc.symbol == "note_cpu" and loc.offset == 1 and loc.line in bodies["note_cpu"]
+        assert str(loc).startswith("note_cpu+0x1 (") and "xdp_helpers.bpf.c:" in str(loc)
