@@ -286,7 +286,8 @@ def _branches(hit: dict[str, Any]) -> str:
         body.append(
             f'<tr><td colspan="6">... {len(rows) - MAX_ROWS} more in the text file</td></tr>'
         )
-    return "<details>" + head + "".join(body) + "</table></details>"
+    opened = " open" if len(rows) <= 60 else ""  # short: show the branches right away
+    return f"<details{opened}>" + head + "".join(body) + "</table></details>"
 
 
 def _golden(g: dict[str, Any]) -> str:
