@@ -513,7 +513,8 @@ class HookSet:
         start = time.monotonic()
         for i, name in enumerate(names):
             if self.fallback == "fentry":
-                self._attach_trace(index, f"kfunc:{name}", 0, name)  # cookie carries no index here
+                # One load per function; the hit's func_ip names the function.
+                self._attach_trace(index, f"kfunc:{name}", 0, name)
             else:
                 kopts = _KprobeOpts(
                     sz=ctypes.sizeof(_KprobeOpts), bpf_cookie=(index << 32) | i, retprobe=retprobe

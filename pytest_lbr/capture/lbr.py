@@ -15,6 +15,7 @@ import fnmatch
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_lbr.capture import Capability, CaptureError
 from pytest_lbr.model import Branch, Hit, Location, Trace
@@ -252,9 +253,20 @@ def _probe() -> str:
 class LbrCapture:
     """The `Capture` of the LBR backend (see `pytest_lbr.capture.Capture`)."""
 
-    def __init__(self, targets: list[Target], filter: str = "any") -> None:
+    def __init__(
+        self,
+        targets: list[Target],
+        filter: str = "any",
+        *,
+        check: bool = True,
+        open_events: Callable[[str], Any] | None = None,
+    ) -> None:
         self.targets = list(targets)
         self.filter = filter
+        #: check=False skips probe_lbr() and `open_events` replaces the branch
+        #: events: lets a guest without a PMU run the whole path on real hooks.
+        self._check = check
+        self._open_events = open_events
         self._events: object | None = None
         self._hooks: object | None = None
 
@@ -262,11 +274,11 @@ class LbrCapture:
         """Check the capability, open the perf events, attach the tracer everywhere."""
         from pytest_lbr.capture import hooks, perf
 
-        cap = probe_lbr()
+        cap = probe_lbr() if self._check else Capability("lbr", True)
         if not cap.available:
             raise CaptureError(f"lbr backend unavailable: {cap.reason}")
         try:
-            self._events = perf.open_branch_events(self.filter)
+            self._events = (self._open_events or perf.open_branch_events)(self.filter)
             hs = hooks.HookSet(self.targets, snapshot=True)
             self._hooks = hs
             hs.attach()
