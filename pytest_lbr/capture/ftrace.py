@@ -1,0 +1,406 @@
+"""A private tracefs instance for the graph backend, and the parser of its text.
+
+The graph backend records calls with the ftrace *function* tracer in its own
+instance (``instances/pytest_lbr-<pid>-<n>``): the only way to get a call trace
+that both Debian kernels here allow without touching the global tracer other
+users share (6.1 refuses ``function_graph`` inside an instance). Each function
+record reads ``callee+0x4/0x30 <addr> <-parent+0x5d/0xb0 <addr>`` (options
+``sym-offset`` and ``sym-addr``), so the parent is a real call-site address,
+also inside a JITed BPF program. `reconstruct` turns the records of one thread
+into nested call/return steps with a stack.
+
+Everything an `Instance` adds (the instance directory, enabled events, kprobe
+and uprobe definitions) is removed by `Instance.close()`; instances left by a
+killed process are removed by `cleanup_stale_instances()`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "BPF_SYMBOL_RE",
+    "INSTANCE_PREFIX",
+    "EventRecord",
+    "Frame",
+    "FunctionRecord",
+    "Instance",
+    "Step",
+    "TracefsError",
+    "cleanup_stale_instances",
+    "find_tracefs",
+    "parse_trace",
+    "reconstruct",
+]
+
+#: Instances are named INSTANCE_PREFIX-<pid>-<n>; probe groups pytest_lbr_<pid>_<n>.
+INSTANCE_PREFIX = "pytest_lbr"
+_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+_INSTANCE_RE = re.compile(rf"^{INSTANCE_PREFIX}-(\d+)-\d+$")
+#: kallsyms names of JITed BPF functions: bpf_prog_<tag>[_<name>].
+BPF_SYMBOL_RE = re.compile(r"^bpf_prog_[0-9a-f]{16}(?:_|$)")
+_GROUP_RE = re.compile(rf"^{INSTANCE_PREFIX}_(\d+)_\d+$")
+
+
+class TracefsError(OSError):
+    """A tracefs file refused a write or read; the message names the file."""
+
+
+def find_tracefs(mount: bool = True) -> Path | None:
+    """The tracefs mount point, mounting it at /sys/kernel/tracing if allowed."""
+    for path in _MOUNTS:
+        if os.path.exists(os.path.join(path, "trace")):
+            return Path(path)
+    if mount and os.path.isdir(_MOUNTS[0]):
+        os.system(f"mount -t tracefs nodev {_MOUNTS[0]} 2>/dev/null")
+        if os.path.exists(os.path.join(_MOUNTS[0], "trace")):
+            return Path(_MOUNTS[0])
+    return None
+
+
+def _write(path: Path, value: str, append: bool = False) -> None:
+    # os.open: Python's open(..., "a") seeks to the end, which tracefs refuses (EINVAL).
+    flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise TracefsError(
+            exc.errno, f"writing {value.strip()!r} to {path}: {exc.strerror}"
+        ) from None
+
+
+def _probe_files(root: Path) -> Iterator[tuple[Path, str, str]]:
+    """(events file, group, event) for every kprobe/uprobe definition."""
+    for name in ("kprobe_events", "uprobe_events"):
+        path = root / name
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = re.match(r"^[pr]\d*:([^/\s]+)/(\S+)", line)
+            if m:
+                yield path, m.group(1), m.group(2)
+
+
+class Instance:
+    """One private tracefs instance: configure, arm, disarm, read, remove.
+
+    Created with tracing off; `arm()` is meant to be the last action before the
+    traced code and `disarm()` the first after it.
+    """
+
+    _counter = 0
+
+    def __init__(self, root: Path, buffer_kb: int = 16384) -> None:
+        Instance._counter += 1
+        self.root = root
+        self.name = f"{INSTANCE_PREFIX}-{os.getpid()}-{Instance._counter}"
+        self.group = f"{INSTANCE_PREFIX}_{os.getpid()}_{Instance._counter}"
+        self.path = root / "instances" / self.name
+        self._events: list[str] = []
+        self._probes: list[tuple[str, str]] = []  # (events file name, "group/event")
+        try:
+            os.mkdir(self.path)
+        except OSError as exc:
+            raise TracefsError(
+                exc.errno, f"creating tracefs instance {self.path}: {exc.strerror}"
+            ) from None
+        self.write("tracing_on", "0")
+        self.write("buffer_size_kb", str(buffer_kb))
+
+    def write(self, name: str, value: str) -> None:
+        """Write `value` to the instance's file `name`."""
+        _write(self.path / name, value)
+
+    def read(self, name: str) -> str:
+        """The text of the instance's file `name`."""
+        return (self.path / name).read_text()
+
+    def enable_event(self, event: str) -> None:
+        """Enable `category/name` in this instance only (removed at close)."""
+        enable = self.path / "events" / event / "enable"
+        if not enable.exists():
+            raise TracefsError(errno.ENOENT, f"no trace event {event!r} (no {enable})")
+        _write(enable, "1")
+        self._events.append(event)
+
+    def add_probe(self, kind: str, definition: str) -> str:
+        """Define a kprobe/uprobe event `definition` (without its name) in this
+        instance's group, enable it here, return its `group/event` name."""
+        event = f"{self.group}/e{len(self._probes)}"
+        file = "kprobe_events" if kind == "kprobe" else "uprobe_events"
+        head, _, rest = definition.partition(" ")
+        _write(self.root / file, f"{head}:{event} {rest}\n", append=True)
+        self._probes.append((file, event))
+        self.enable_event(event)
+        return event
+
+    def arm(self) -> None:
+        """Start recording (tracing_on=1)."""
+        self.write("tracing_on", "1")
+
+    def disarm(self) -> None:
+        """Stop recording (tracing_on=0); idempotent."""
+        try:
+            self.write("tracing_on", "0")
+        except TracefsError:
+            pass
+
+    def lost(self) -> int:
+        """Records the ring buffer overwrote or dropped, summed over CPUs."""
+        total = 0
+        for stats in sorted((self.path / "per_cpu").glob("cpu*/stats")):
+            for line in stats.read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() in ("overrun", "dropped events"):
+                    total += int(value.split()[0])
+        return total
+
+    def close(self) -> None:
+        """Disarm, disable and delete everything this instance added; idempotent."""
+        if not self.path.exists():
+            return
+        self.disarm()
+        _remove_instance(self.path, self._events)
+        for file, event in self._probes:
+            _remove_probe(self.root / file, event)
+        self._probes.clear()
+        self._events.clear()
+
+
+def _remove_instance(path: Path, events: Iterable[str]) -> None:
+    for event in events:
+        try:
+            _write(path / "events" / event / "enable", "0")
+        except TracefsError:
+            pass
+    try:
+        _write(path / "current_tracer", "nop")
+    except TracefsError:
+        pass
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_probe(file: Path, event: str) -> None:
+    try:
+        _write(file, f"-:{event}\n", append=True)
+    except TracefsError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+
+
+def _pid_alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def cleanup_stale_instances(root: Path | None = None) -> list[str]:
+    """Remove instances and probe events left by dead pytest-lbr processes.
+
+    Returns what was removed. An instance's enabled probe events keep the probe
+    busy, so every stale instance goes before the stale probe definitions.
+    """
+    root = root or find_tracefs(mount=False)
+    if root is None or not (root / "instances").is_dir():
+        return []
+    removed: list[str] = []
+    for inst in sorted((root / "instances").iterdir()):
+        m = _INSTANCE_RE.match(inst.name)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        enabled = [
+            str(p.parent.relative_to(inst / "events"))
+            for p in (inst / "events").glob("*/*/enable")
+            if p.read_text().strip() == "1"
+        ]
+        _remove_instance(inst, enabled)
+        removed.append(inst.name)
+    for file, group, event in list(_probe_files(root)):
+        m = _GROUP_RE.match(group)
+        if m and not _pid_alive(int(m.group(1))):
+            _remove_probe(file, f"{group}/{event}")
+            removed.append(f"{group}/{event}")
+    return removed
+
+
+# -- parsing ------------------------------------------------------------------------
+
+_LINE_RE = re.compile(
+    r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
+    r"(?P<flags>\S{4,5})\s+(?P<sec>\d+)\.(?P<usec>\d+):\s(?P<body>.*)$"
+)
+_SYM = (
+    r"(?P<{0}>\S+?)\+0x(?P<{0}_off>[0-9a-f]+)/0x(?P<{0}_size>[0-9a-f]+)\s+<(?P<{0}_addr>[0-9a-f]+)>"
+)
+_FUNC_RE = re.compile(rf"^{_SYM.format('fn')}\s+<-{_SYM.format('pa')}$")
+# A parent ftrace could not name (e.g. an unnamed JIT image): bare address.
+_FUNC_NOSYM_RE = re.compile(
+    rf"^{_SYM.format('fn')}\s+<-(?P<pa_addr>0x[0-9a-f]+|[0-9a-f]+)(?:\s+<[0-9a-f]+>)?$"
+)
+
+
+@dataclass(frozen=True)
+class FunctionRecord:
+    """`callee <- parent` as the function tracer recorded it."""
+
+    tid: int
+    cpu: int
+    ts_ns: int
+    #: True when recorded in hard/soft irq or NMI context (not the thread's own work).
+    in_irq: bool
+    func: str
+    func_addr: int  # function start (the record's ip minus its offset)
+    parent: str | None
+    parent_off: int
+    parent_addr: int  # the return address: the call site's next instruction
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """Any other trace line: a tracepoint or probe event."""
+
+    tid: int
+    cpu: int
+    ts_ns: int
+    name: str
+    body: str
+
+
+def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
+    """Parse the instance's `trace` text (function records and event lines), in order."""
+    out: list[FunctionRecord | EventRecord] = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE_RE.match(line)
+        if m is None:
+            continue
+        tid, cpu = int(m["tid"]), int(m["cpu"])
+        ts = int(m["sec"]) * 1_000_000_000 + int(m["usec"].ljust(9, "0")[:9])
+        body = m["body"]
+        f = _FUNC_RE.match(body) or _FUNC_NOSYM_RE.match(body)
+        if f is None:
+            name, _, rest = body.partition(":")
+            if " " in name or "(" in name:  # syscall events print "sys_getppid()"
+                name, rest = body.split("(", 1)[0], body
+            out.append(EventRecord(tid, cpu, ts, name.strip(), rest.strip()))
+            continue
+        groups = f.groupdict()
+        parent = groups.get("pa")
+        out.append(
+            FunctionRecord(
+                tid=tid,
+                cpu=cpu,
+                ts_ns=ts,
+                in_irq=m["flags"][2] not in ".",
+                func=f["fn"],
+                func_addr=int(f["fn_addr"], 16) - int(f["fn_off"], 16),
+                parent=parent,
+                parent_off=int(groups["pa_off"], 16) if parent else 0,
+                parent_addr=int(f["pa_addr"], 16),
+            )
+        )
+    return out
+
+
+# -- reconstruction -----------------------------------------------------------------
+
+
+@dataclass
+class Frame:
+    """One function on the reconstructed stack."""
+
+    func: str
+    addr: int
+    #: The call site this frame returns to (None: entered unseen, e.g. a BPF
+    #: program the function tracer cannot record, or a frame older than the trace).
+    call: FunctionRecord | None = None
+
+
+@dataclass
+class Step:
+    """A call into `frame`, a return from it, or an event line.
+
+    `stack` is the stack after a call, before a return, or at an event.
+    """
+
+    kind: str  # "call", "ret" or "event"
+    frame: Frame | None
+    stack: list[Frame] = field(default_factory=list)
+    record: FunctionRecord | EventRecord | None = None
+
+
+def reconstruct(
+    records: Iterable[FunctionRecord | EventRecord], returns: dict[str, str] | None = None
+) -> Iterator[Step]:
+    """Nest one thread's records into calls and returns.
+
+    Each function record is "callee <- parent+off": pop frames until the top is
+    the parent, then push the callee. A parent nowhere on the stack was entered
+    without a record (a JITed BPF program, a tail call, the trace's start), so
+    it is pushed as an unseen frame (no call site) on top of the current one.
+    An event named in `returns` (a kretprobe event -> its function) is a real
+    return: the innermost frame of that function and all above it are popped.
+    Frames still open at the end are returned from, innermost first.
+    """
+    returns = returns or {}
+    stack: list[Frame] = []
+
+    def pop_to(depth: int) -> Iterator[Step]:
+        while len(stack) > depth:
+            frame = stack.pop()
+            yield Step("ret", frame, stack + [frame])
+
+    for rec in records:
+        if isinstance(rec, EventRecord):
+            # The event first, while the returning frame is still on the stack.
+            yield Step("event", None, list(stack), rec)
+            func = returns.get(rec.name)
+            depth = _find(stack, func) if func else None
+            if depth is not None:
+                yield from pop_to(depth)
+            continue
+        if rec.parent is not None:
+            depth = _find(stack, rec.parent)
+            if depth is None:
+                if BPF_SYMBOL_RE.match(rec.parent):
+                    # A BPF function is called from BPF code: whatever the
+                    # innermost BPF frame had called has returned.
+                    bpf = _innermost_bpf(stack)
+                    if bpf is not None:
+                        yield from pop_to(bpf + 1)
+                unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
+                stack.append(unseen)
+                yield Step("call", unseen, list(stack))
+            else:
+                yield from pop_to(depth + 1)
+        frame = Frame(rec.func, rec.func_addr, rec)
+        stack.append(frame)
+        yield Step("call", frame, list(stack), rec)
+    yield from pop_to(0)
+
+
+def _innermost_bpf(stack: list[Frame]) -> int | None:
+    for i in range(len(stack) - 1, -1, -1):
+        if BPF_SYMBOL_RE.match(stack[i].func):
+            return i
+    return None
+
+
+def _find(stack: list[Frame], func: str) -> int | None:
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i].func == func:
+            return i
+    return None

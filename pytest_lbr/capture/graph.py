@@ -1,0 +1,385 @@
+"""The graph backend: a software call trace where the CPU has no LBR.
+
+The ftrace function tracer records every kernel function the test's threads
+enter, in a private tracefs instance (`pytest_lbr.capture.ftrace`). The records
+are nested into calls and returns, then cut per target:
+
+* ``kfunc:NAME``/``GLOB``: one hit per outermost invocation, with everything
+  under it; a single function also gets its return value from a kretprobe
+  event in the same instance;
+* a BPF program: one hit per run (the program's JIT image has no ftrace
+  entry, so a run shows as the calls whose parent is inside the program);
+  `retval` is None on this backend;
+* ``tp:CAT/NAME``: one hit per event, with the thread's calls since its
+  previous hit (or arming).
+
+uprobe/uretprobe targets are not supported on this backend yet.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from pytest_lbr.capture import Capability, CaptureError
+from pytest_lbr.capture.ftrace import (
+    EventRecord,
+    FunctionRecord,
+    Instance,
+    Step,
+    TracefsError,
+    cleanup_stale_instances,
+    find_tracefs,
+    parse_trace,
+    reconstruct,
+)
+from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.targets import Target
+
+__all__ = ["TRACER_FUNCTIONS", "GraphCapture", "build_hits", "probe_graph"]
+
+#: Functions the probes we add run through (kretprobe entry and return
+#: handlers): they and everything under them are the tracer's, not the test's,
+#: and appear only in `Hit.raw_branches`.
+TRACER_FUNCTIONS = frozenset(
+    {
+        "kprobe_ftrace_handler",
+        "pre_handler_kretprobe",
+        "rethook_trampoline_handler",
+        "arch_rethook_trampoline_callback",
+        "kretprobe_rethook_handler",
+        "kretprobe_dispatcher",
+        "kretprobe_trace_func",
+        "trampoline_handler",
+        "kretprobe_trampoline_handler",
+        "__kretprobe_trampoline_handler",
+    }
+)
+
+#: What trace_clock "mono" reads: under TCG on 6.1 its clocksource read
+#: (read_hpet) is recorded once per record, nested anywhere; such records are ftrace's own.
+TRACE_CLOCK = "ktime_get_mono_fast_ns"
+
+#: Per-CPU ring buffer size: a BPF test run under TCG is ~5,000 records of ~40 bytes.
+BUFFER_KB = 16384
+
+
+def probe_graph() -> Capability:
+    """Whether the function tracer can run in a private instance here, and if not why."""
+    if os.geteuid() != 0:
+        return Capability("graph", False, "the graph backend needs root (ftrace); run as root")
+    root = find_tracefs()
+    if root is None:
+        return Capability(
+            "graph", False, "tracefs is not mounted and cannot be mounted at /sys/kernel/tracing"
+        )
+    if not (root / "instances").is_dir():
+        return Capability("graph", False, f"tracefs at {root} has no instances/ (kernel too old)")
+    try:
+        cleanup_stale_instances(root)
+        inst = Instance(root, buffer_kb=4)
+    except OSError as exc:
+        return Capability("graph", False, f"cannot create a tracefs instance: {exc}")
+    try:
+        tracers = inst.read("available_tracers").split()
+        if "function" not in tracers:
+            return Capability(
+                "graph", False, f"the ftrace function tracer is not available (tracers: {tracers})"
+            )
+        inst.write("current_tracer", "function")
+    except OSError as exc:
+        return Capability("graph", False, f"the ftrace function tracer is refused: {exc}")
+    finally:
+        inst.close()
+    return Capability("graph", True)
+
+
+def _clock_ns() -> int:
+    # trace_clock "mono" is ktime_get_mono_fast_ns: CLOCK_MONOTONIC.
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class GraphCapture:
+    """A function-tracer capture of `targets` for this process's threads."""
+
+    def __init__(self, targets: list[Target]) -> None:
+        self.targets = targets
+        self._instance: Instance | None = None
+        self._matchers: list[Callable[[str], bool]] = []
+        self._returns: dict[str, str] = {}  # kretprobe event name -> function
+        self._events: dict[int, str] = {}  # target index -> event name
+        self._window = (0, 0)
+        self._tids: set[int] = set()
+        self._notes: list[str] = []
+        self.text = ""
+        for t in targets:
+            if t.kind in ("uprobe", "uretprobe"):
+                raise CaptureError(
+                    f"{t.spec}: {t.kind} targets are not supported on the graph backend yet"
+                )
+
+    def start(self) -> None:
+        """Configure a private instance, then arm it as the very last action."""
+        root = find_tracefs()
+        if root is None:
+            raise CaptureError("tracefs is not mounted and cannot be mounted")
+        cleanup_stale_instances(root)
+        self._instance = inst = Instance(root, BUFFER_KB)
+        try:
+            self._configure(inst)
+        except TracefsError as exc:
+            raise CaptureError(f"graph backend: {exc}") from None
+        inst.arm()
+        self._window = (_clock_ns(), 0)
+
+    def stop(self) -> Trace:
+        """Disarm first, then read and cut the records into hits."""
+        t_disarm = _clock_ns()
+        inst = self._instance
+        if inst is None:
+            raise CaptureError("graph capture stopped before it was started")
+        inst.disarm()
+        self._window = (self._window[0], t_disarm)
+        #: The instance's trace text as read (kept for debugging and test data).
+        self.text = inst.read("trace")
+        records = parse_trace(self.text)
+        trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
+        trace.lost = inst.lost()
+        trace.notes = list(self._notes)
+        if trace.lost:
+            trace.notes.append(f"ftrace ring buffer overran: {trace.lost} records lost")
+        kept = [
+            r
+            for r in records
+            if r.tid in self._tids and self._window[0] < r.ts_ns < self._window[1]
+        ]
+        trace.hits = build_hits(self.targets, self._matchers, self._events, self._returns, kept)
+        _symbolize(trace.hits)
+        return trace
+
+    def close(self) -> None:
+        """Remove the instance and every event and probe it added (idempotent)."""
+        if self._instance is not None:
+            self._instance.close()
+            self._instance = None
+
+    # -- internals ----------------------------------------------------------------
+
+    def _configure(self, inst: Instance) -> None:
+        inst.write("trace_clock", "mono")
+        for opt in ("sym-offset", "sym-addr"):
+            inst.write(f"options/{opt}", "1")
+        # Our threads only; threads started while armed are not followed.
+        inst.write("options/function-fork", "0")
+        self._tids = {int(t) for t in os.listdir("/proc/self/task")}
+        tids = " ".join(str(t) for t in sorted(self._tids))
+        inst.write("set_ftrace_pid", tids)
+        inst.write("set_event_pid", tids)
+        available = None
+        for i, t in enumerate(self.targets):
+            if t.kind == "kfunc":
+                assert t.function is not None
+                if available is None:
+                    available = _traceable(inst.root)
+                pattern = t.function
+                if not any(fnmatch.fnmatchcase(f, pattern) for f in available):
+                    raise CaptureError(
+                        f"{t.spec}: no traceable kernel function matches {pattern!r}"
+                    )
+                self._matchers.append(_glob_matcher(pattern))
+                if not t.is_glob:
+                    event = inst.add_probe("kprobe", f"r {pattern} ret=$retval")
+                    self._returns[event.split("/")[1]] = pattern
+                    self._events[i] = event.split("/")[1]
+            elif t.kind == "prog":
+                from pytest_lbr.capture.progs import resolve_program
+
+                with resolve_program(t) as ref:
+                    # The tag, not the name: kallsyms may show a longer name than prog_info.
+                    prefix = f"bpf_prog_{ref.tag}_"
+                    self._matchers.append(_prefix_matcher(prefix))
+                self._notes.append(
+                    f"{t.spec}: BPF program return values are not recorded by the graph backend"
+                )
+            elif t.kind == "tp":
+                assert t.tracepoint is not None
+                try:
+                    inst.enable_event(t.tracepoint)
+                except TracefsError as exc:
+                    raise CaptureError(f"{t.spec}: {exc}") from None
+                self._matchers.append(_prefix_matcher("\0"))  # events, not frames
+                self._events[i] = t.tracepoint.split("/")[1]
+            else:
+                raise CaptureError(f"{t.spec}: not supported on the graph backend")
+        inst.write("current_tracer", "function")
+
+
+def _glob_matcher(pattern: str) -> Callable[[str], bool]:
+    return lambda name: fnmatch.fnmatchcase(name, pattern)
+
+
+def _prefix_matcher(prefix: str) -> Callable[[str], bool]:
+    return lambda name: name.startswith(prefix)
+
+
+def _traceable(root: Path) -> set[str]:
+    names = set()
+    with open(root / "available_filter_functions") as f:
+        for line in f:
+            names.add(line.split()[0])
+    return names
+
+
+def build_hits(
+    targets: list[Target],
+    matchers: list[Callable[[str], bool]],
+    events: dict[int, str],
+    returns: dict[str, str],
+    records: Iterable[FunctionRecord | EventRecord],
+) -> list[Hit]:
+    """Cut the kept records into hits, per thread, in time order.
+
+    `matchers[i]` says whether a frame's function is target i (kfunc, prog);
+    `events[i]` names target i's event (a tracepoint, or the kretprobe carrying
+    a kfunc's return value); `returns` maps a kretprobe event to its function.
+    """
+    by_tid: dict[int, list[FunctionRecord | EventRecord]] = {}
+    for r in records:
+        if isinstance(r, FunctionRecord) and (r.in_irq or r.parent == TRACE_CLOCK):
+            continue  # interrupts are not the thread's work, clock reads are ftrace's
+        by_tid.setdefault(r.tid, []).append(r)
+    hits: list[Hit] = []
+    for tid, recs in by_tid.items():
+        steps = list(reconstruct(recs, returns))
+        for i, target in enumerate(targets):
+            if target.kind == "tp":
+                hits.extend(_event_hits(target, events[i], tid, steps))
+            else:
+                hits.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
+    hits.sort(key=lambda h: h.timestamp_ns)
+    return hits
+
+
+def _frame_hits(
+    target: Target, match: Callable[[str], bool], ret_event: str | None, tid: int, steps: list[Step]
+) -> list[Hit]:
+    """One hit per outermost frame of a matching function, with everything under it."""
+    hits: list[Hit] = []
+    hit: Hit | None = None
+    depth = 0
+    for step in steps:
+        if hit is None:
+            frame = step.frame
+            if step.kind == "call" and frame is not None and match(frame.func):
+                if any(match(f.func) for f in step.stack[:-1]):
+                    continue
+                rec = step.record
+                hit = Hit(target.spec, pid=os.getpid(), tid=tid)
+                hit.cpu, hit.timestamp_ns = (rec.cpu, rec.ts_ns) if rec else _when(steps, step)
+                depth = len(step.stack)
+                _append(hit, step)
+            continue
+        if step.kind == "event":
+            rec = step.record
+            # Our frame's return only if no nested call of the function is above it.
+            if (
+                isinstance(rec, EventRecord)
+                and rec.name == ret_event
+                and not any(match(f.func) for f in step.stack[depth:])
+            ):
+                hit.retval = _retval(rec.body)
+            continue
+        _append(hit, step)
+        if step.kind == "ret" and len(step.stack) == depth:
+            hits.append(hit)
+            hit = None
+    if hit is not None:
+        hits.append(hit)
+    return hits
+
+
+def _event_hits(target: Target, event: str, tid: int, steps: list[Step]) -> list[Hit]:
+    """One hit per event line, with the thread's branches since the previous one."""
+    hits: list[Hit] = []
+    pending = Hit(target.spec, pid=os.getpid(), tid=tid)
+    for step in steps:
+        rec = step.record
+        if step.kind == "event" and isinstance(rec, EventRecord) and _is_event(rec, event):
+            pending.cpu, pending.timestamp_ns = rec.cpu, rec.ts_ns
+            hits.append(pending)
+            pending = Hit(target.spec, pid=os.getpid(), tid=tid)
+        elif step.kind != "event":
+            _append(pending, step)
+    return hits
+
+
+def _is_event(rec: EventRecord, event: str) -> bool:
+    if rec.name == event:
+        return True
+    # Syscall events print "sys_NAME(args)" / "sys_NAME -> ret", not their event name.
+    for prefix in ("sys_enter_", "sys_exit_"):
+        if event.startswith(prefix):
+            call = "sys_" + event[len(prefix) :]
+            want = "(" if prefix == "sys_enter_" else " -> "
+            return rec.body.startswith(call + want)
+    return False
+
+
+def _when(steps: list[Step], step: Step) -> tuple[int, int]:
+    """cpu and time of the first record at or after `step` (an unseen frame has none)."""
+    for s in steps[steps.index(step) :]:
+        if isinstance(s.record, FunctionRecord):
+            return s.record.cpu, s.record.ts_ns
+    return 0, 0
+
+
+def _append(hit: Hit, step: Step) -> None:
+    frame = step.frame
+    if frame is None or frame.call is None:
+        return  # entered unseen: no call site to show
+    call = frame.call
+    site = Location(call.parent_addr, call.parent, call.parent_off)
+    entry = Location(frame.addr, frame.func, 0)
+    if step.kind == "call":
+        branch = Branch(site, entry, "call")
+    else:
+        # Function tracing does not see the ret instruction: the return is shown
+        # from the function (+0x0) back to its call site.
+        branch = Branch(entry, site, "ret")
+    hit.raw_branches.append(branch)
+    if not any(f.func in TRACER_FUNCTIONS for f in step.stack):
+        hit.branches.append(branch)
+
+
+def _retval(body: str) -> int | None:
+    # kretprobe event body: "(vfs_write+0x0/0x3f0 <- ksys_write+0x6a/0xe0) ret=0x1"
+    for part in body.split():
+        if part.startswith("ret="):
+            value = int(part[4:], 0)
+            return value - (1 << 64) if value >= 1 << 63 else value
+    return None
+
+
+def _symbolize(hits: list[Hit]) -> None:
+    """Add file:line (and better names) where the symbolizer knows the address."""
+    try:
+        from pytest_lbr.symbols import get_symbolizer
+    except ImportError:
+        return
+    addrs = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst)}
+    if not addrs:
+        return
+    found = get_symbolizer().locate_many(sorted(addrs))
+
+    def better(loc: Location) -> Location:
+        new = found.get(loc.addr)
+        if new is None or new.symbol is None:
+            return loc
+        return new
+
+    for h in hits:
+        h.branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.branches]
+        h.raw_branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.raw_branches]

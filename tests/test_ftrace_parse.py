@@ -1,0 +1,141 @@
+"""Parsing and call reconstruction of real function-tracer text (tests/data).
+
+The data files are cut from traces the graph backend captured in the 6.1 and
+6.12 guests (header kept): a BPF_PROG_TEST_RUN of an XDP program calling
+helpers, and a write(2) to /dev/null with the kretprobe event of vfs_write.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.capture import ftrace
+from pytest_lbr.capture.ftrace import EventRecord, FunctionRecord, parse_trace, reconstruct
+from pytest_lbr.capture.graph import build_hits, probe_graph
+from pytest_lbr.model import Trace
+from pytest_lbr.targets import parse_target
+
+DATA = Path(__file__).parent / "data"
+XDP_RUNS = ["ftrace-6.12-xdp_helpers.txt", "ftrace-6.1-xdp_test_run.txt"]
+
+
+def _records(name: str) -> list[FunctionRecord | EventRecord]:
+    return parse_trace((DATA / name).read_text())
+
+
+def _prog_prefix(records: list[FunctionRecord | EventRecord]) -> str:
+    """The kallsyms prefix bpf_prog_<tag>_ of the program seen in the data."""
+    for r in records:
+        if isinstance(r, FunctionRecord) and r.parent and ftrace.BPF_SYMBOL_RE.match(r.parent):
+            return "_".join(r.parent.split("_")[:3]) + "_"
+    raise AssertionError("no BPF program in the data")
+
+
+def test_parse_function_and_event_lines() -> None:
+    text = (DATA / "ftrace-6.12-vfs_write.txt").read_text()
+    records = parse_trace(text)
+    body = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(records) == len(body)
+    vfs = next(r for r in records if isinstance(r, FunctionRecord) and r.func == "vfs_write")
+    # "vfs_write+0x4/0x450 <ffffffff92c57c14> <-ksys_write+0x6f/0xf0 <ffffffff92c5823f>"
+    assert vfs.func_addr == 0xFFFFFFFF92C57C14 - 4
+    assert (vfs.parent, vfs.parent_off, vfs.parent_addr) == ("ksys_write", 0x6F, 0xFFFFFFFF92C5823F)
+    assert vfs.ts_ns == 78_097_756_000 and vfs.cpu == 0
+    events = [r for r in records if isinstance(r, EventRecord)]
+    assert [e.name for e in events] == ["e0"]
+    assert events[0].body.endswith("ret=1")
+
+
+@pytest.mark.parametrize("name", XDP_RUNS)
+def test_reconstruct_balances_calls_and_returns(name: str) -> None:
+    recs = [r for r in _records(name) if isinstance(r, FunctionRecord) and not r.in_irq]
+    steps = list(reconstruct(recs))
+    calls = [s.frame for s in steps if s.kind == "call"]
+    rets = [s.frame for s in steps if s.kind == "ret"]
+    assert sorted(map(id, calls)) == sorted(map(id, rets))
+    # Every recorded call is nested under its parent.
+    for s in steps:
+        if s.kind == "call" and isinstance(s.record, FunctionRecord) and s.record.parent:
+            assert s.stack[-2].func == s.record.parent
+
+
+@pytest.mark.parametrize("name", XDP_RUNS)
+def test_bpf_program_run_is_one_hit(name: str) -> None:
+    records = _records(name)
+    prefix = _prog_prefix(records)
+    target = parse_target("prog:name:xdp_helpers")
+    hits = build_hits([target], [lambda f: f.startswith(prefix)], {}, {}, records)
+    trace = Trace(hits=hits)
+    assert len(hits) == 1, str(trace)
+    assert trace.called("bpf_csum_diff", by=prefix + "*")
+    assert trace.called("bpf_xdp_adjust_head", by=prefix + "*")
+    assert trace.called("__htab_map_lookup_elem", by=prefix + "*")
+    assert trace.called("csum_partial", by="bpf_csum_diff")
+    assert not trace.called("bpf_test_run*") and not trace.called("kfree")
+
+
+def test_kfunc_hit_with_retval_and_tracer_frames_trimmed() -> None:
+    records = _records("ftrace-6.12-vfs_write.txt")
+    target = parse_target("kfunc:vfs_write")
+    hits = build_hits(
+        [target], [lambda f: f == "vfs_write"], {0: "e0"}, {"e0": "vfs_write"}, records
+    )
+    trace = Trace(hits=hits)
+    assert len(hits) == 1
+    hit = hits[0]
+    assert hit.retval == 1
+    assert trace.has_path("ksys_write", "vfs_write", "rw_verify_area", "write_null")
+    assert hit.branches[0].kind == "call" and hit.branches[-1].kind == "ret"
+    assert hit.branches[-1].dst.symbol == "ksys_write"
+    # The kretprobe's handlers are in raw_branches only.
+    assert not trace.called("kprobe_ftrace_handler") and not trace.called(
+        "kretprobe_rethook_handler"
+    )
+    assert any(b.dst.symbol == "kprobe_ftrace_handler" for b in hit.raw_branches)
+    # Nothing after vfs_write returned (the close(2) that followed).
+    assert not trace.called("file_close_fd")
+
+
+def test_tracepoint_event_names() -> None:
+    line = "          python-244     [000] .....    33.602725: sys_getppid()"
+    (rec,) = parse_trace(line)
+    assert isinstance(rec, EventRecord)
+    target = parse_target("tp:syscalls/sys_enter_getppid")
+    hits = build_hits([target], [lambda f: False], {0: "sys_enter_getppid"}, {}, [rec])
+    assert len(hits) == 1 and hits[0].tid == 244
+
+
+def test_probe_reason_on_this_machine() -> None:
+    cap = probe_graph()
+    if os.geteuid() != 0:
+        assert cap.reason == "the graph backend needs root (ftrace); run as root"
+    elif cap.available:
+        pytest.skip("the function tracer works here: nothing to explain")
+    else:
+        assert cap.reason, "an unavailable backend must say why"
+
+
+def test_cleanup_removes_dead_process_instances() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating tracefs instances needs root")
+    root = ftrace.find_tracefs()
+    if root is None or not (root / "instances").is_dir():
+        pytest.skip("no tracefs with instances here")
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    stale = root / "instances" / f"{ftrace.INSTANCE_PREFIX}-{pid}-1"
+    mine = ftrace.Instance(root, buffer_kb=4)
+    try:
+        os.mkdir(stale)
+        removed = ftrace.cleanup_stale_instances(root)
+        assert stale.name in removed and not stale.exists()
+        assert mine.path.exists(), "a live process's instance must survive"
+    finally:
+        mine.close()
+        if stale.exists():
+            os.rmdir(stale)
+    assert not mine.path.exists()
