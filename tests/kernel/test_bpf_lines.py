@@ -58,3 +58,21 @@ def test_jit_addresses_resolve_to_c_source_lines() -> None:
         loc = sym.locate(mid)
         assert loc.symbol == "note_cpu" and loc.offset == 1 and loc.line in bodies["note_cpu"]
         assert str(loc).startswith("note_cpu+0x1 (") and "xdp_helpers.bpf.c:" in str(loc)
+
+
+@pytest.mark.allow_skip
+def test_live_kernel_addresses_get_lines_with_kaslr() -> None:
+    """With the running kernel's debug vmlinux (6.1 guest: the cached Debian -dbg one)."""
+    sym = get_symbolizer()
+    if sym.lines is None:
+        pytest.skip(f"no debug vmlinux for this kernel: {sym.vmlinux_status}")
+    assert "build-id" in sym.vmlinux_status
+    start = sym.kallsyms.address_of("vfs_write")
+    assert start is not None
+    # Independent check of the KASLR offset: the ELF symbol table agrees with kallsyms.
+    assert sym.lines.function_at(start - sym.kaslr_offset) == ("vfs_write", 0)
+    locs = sym.locate_many(range(start, start + 64))
+    assert all(loc.symbol == "vfs_write" for loc in locs.values())
+    files = {loc.file for loc in locs.values()}
+    assert "fs/read_write.c" in files, files
+    assert str(locs[start]).startswith("vfs_write+0x0 (fs/read_write.c:")
