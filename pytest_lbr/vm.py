@@ -13,6 +13,7 @@ Guest side (`python -m pytest_lbr.vm guest ...`, started by vng --exec):
 from __future__ import annotations
 
 import argparse
+import fcntl
 import glob
 import hashlib
 import json
@@ -155,6 +156,32 @@ def lbr_passthrough_opts() -> tuple[list[str], str]:
     return ["-cpu", f"host,pmu=on,lbr-fmt={fmt:#x}"], f"LBR passthrough lbr-fmt={fmt:#x}"
 
 
+def claim_results_dir(wanted: Path) -> Path:
+    """Lock a results directory for this run; if another run holds it, use `<dir>.2`, ...
+
+    Two runs writing one directory would delete each other's status files.
+    The lock (flock on `.lock`) is held until this process exits.
+    """
+    wanted = wanted.resolve()
+    for n in range(1, 100):
+        path = wanted if n == 1 else wanted.with_name(f"{wanted.name}.{n}")
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _held_locks.append(fd)
+        if n > 1:
+            print(f"[vm] {wanted} is in use by another run; using {path}", file=sys.stderr)
+        return path
+    raise VmError(f"no free results directory next to {wanted}")
+
+
+_held_locks: list[int] = []
+
+
 @dataclass
 class VmPlan:
     """Everything decided before boot; `command` is what --dry-run prints."""
@@ -223,7 +250,7 @@ def build_command(
     return VmPlan(kernel, results, cmd, accel, lbr_why)
 
 
-def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 180.0) -> int:
+def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 300.0) -> int:
     """Run the plan; return pytest's exit status from the guest.
 
     Raises VmError (with the console tail) when the guest never reports a status:
@@ -366,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--cpus", type=int, default=2)
     run.add_argument("--timeout", type=float, default=1500.0, help="whole-run limit, seconds")
     run.add_argument(
-        "--boot-timeout", type=float, default=180.0, help="limit for the guest to start"
+        "--boot-timeout", type=float, default=300.0, help="limit for the guest to start"
     )
     run.add_argument("--append", default="", help="extra kernel command line")
     run.add_argument(
@@ -390,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return guest_main(args.results, args.pytest_args)
     try:
         kernel = resolve_kernel(args.kernel)
-        results = (args.results or REPO / "results" / kernel.name).resolve()
+        results = claim_results_dir(args.results or REPO / "results" / kernel.name)
         plan = build_command(
             kernel,
             results,

@@ -5,6 +5,7 @@ The boot tests start real virtme-ng guests (about a minute under TCG each)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -117,3 +118,24 @@ def test_guest_exit_status_is_pytests(tmp_path: Path) -> None:
     assert "1 failed, 1 passed" in out.stdout
     assert (tmp_path / "r" / "dmesg.txt").stat().st_size > 0
     assert (tmp_path / "r" / "junit.xml").exists()
+
+
+def test_busy_results_dir_is_not_shared(tmp_path: Path) -> None:
+    from pytest_lbr.vm import claim_results_dir
+
+    first = claim_results_dir(tmp_path / "r")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from pytest_lbr.vm import claim_results_dir as c; from pathlib import Path; print(c(Path({str(first)!r}))); import time; time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        other = Path(holder.stdout.readline().strip())
+        assert other == tmp_path / "r.2"
+    finally:
+        holder.kill()
