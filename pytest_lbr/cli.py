@@ -1,0 +1,472 @@
+"""`pytest-lbr`: explore with traces before writing a test.
+
+    pytest-lbr trace TARGET... [--backend B] [--filter F] [--disasm] [--count N | --duration S]
+    pytest-lbr diff A.lbr B.lbr
+    pytest-lbr doctor
+
+`trace` attaches to any target `lbr.trace` accepts and prints every hit in the
+retsnoop/bpflbr format. The capture backends collect a whole trace when they are
+disarmed (no streaming), so hits are printed per collection window (`--window`,
+1 s by default). `diff` compares two golden files with the plugin's own parser.
+`doctor` says what this machine can trace and, for each thing it cannot, the fix.
+
+Exit status: 0 success (trace ended by Ctrl-C included), 1 `diff` found a
+difference or `doctor` found tracing impossible, 2 usage or input error,
+130 a second Ctrl-C cut a collection short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from pytest_lbr.capture import BACKENDS, FILTERS
+from pytest_lbr.model import Branch, Hit, format_branches, format_hit_header
+
+__all__ = ["DoctorCheck", "doctor_checks", "main"]
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in an input file: one line, exit 2."""
+
+
+# -- trace ------------------------------------------------------------------------
+
+
+class _Stop:
+    """SIGINT/SIGTERM: the first asks the loop to finish the window, the second aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+
+def _disasm_lines(branch: Branch) -> list[str]:
+    """The instructions up to the branch's source: the call (or jump) that was taken."""
+    from pytest_lbr.symbols import get_symbolizer
+    from pytest_lbr.symbols.disasm import disassemble_function
+
+    addr = branch.src.addr
+    try:
+        insns = disassemble_function(get_symbolizer(), addr)
+    except (OSError, ValueError) as exc:
+        return [f"    ; no disassembly at {branch.src.name}: {exc}"]
+    # A source address is either the branch instruction itself (LBR) or the return
+    # address after a call (the graph backend): show what leads up to it.
+    upto = [i for i in insns if i.addr <= addr]
+    if upto and upto[-1].addr == addr and branch.kind not in ("call", "ind_call"):
+        window = upto[-3:]
+        mark = addr
+    else:
+        window = [i for i in insns if i.addr < addr][-3:]
+        mark = window[-1].addr if window else addr
+    out = []
+    for insn in window:
+        arrow = "=>" if insn.addr == mark else "  "
+        off = insn.addr - (addr - branch.src.offset)
+        where = f"{branch.src.symbol}+{off:#x}" if branch.src.symbol else f"{insn.addr:#x}"
+        out.append(f"    {arrow} {where:<32} {insn.text}")
+    return out
+
+
+def format_hit(hit: Hit, disasm: bool = False) -> str:
+    """A hit as `pytest-lbr trace` prints it: header, then one line per branch."""
+    lines = [format_hit_header(hit)]
+    if not hit.branches:
+        return lines[0]
+    if not disasm:
+        lines.append(format_branches(hit.branches))
+        return "\n".join(lines)
+    top = len(hit.branches) - 1
+    for i, b in enumerate(hit.branches):
+        lines.append(format_branches([b], first_index=top if i == 0 else None))
+        lines.extend(_disasm_lines(b))
+    return "\n".join(lines)
+
+
+def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pytest_lbr.capture import CaptureError
+    from pytest_lbr.targets import TargetError, parse_targets
+    from pytest_lbr.tracer import Tracer, TracingUnavailable
+
+    try:
+        targets = parse_targets(args.targets)
+        tracer = Tracer(backend=args.backend, filter=args.filter)
+    except (TargetError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    from pytest_lbr.libbpf import libbpf_messages
+
+    with libbpf_messages():  # the probe's failures are summed up by tracer.reason
+        available = tracer.available
+    if not available:
+        print(f"pytest-lbr: cannot trace: {tracer.reason}", file=err)
+        return EXIT_FOUND
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    limit = (
+        "until Ctrl-C"
+        if args.count is None and args.duration is None
+        else f"{args.count} hit(s)"
+        if args.count is not None
+        else f"{args.duration:g} s"
+    )
+    status = (
+        f"Tracing {', '.join(t.spec for t in targets)} with the {tracer.backend} backend "
+        f"({limit}; hits are printed per {args.window:g} s window). Ctrl-C to stop."
+    )
+    shown = lost = 0
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        while not stop.requested:
+            window_end = time.monotonic() + args.window
+            if deadline is not None:
+                window_end = min(window_end, deadline)
+            with tracer.trace(*targets) as trace:
+                if status:  # printed armed: a write of our own is a first hit to see
+                    print(status, file=err, flush=True)
+                    status = ""
+                while not stop.requested and time.monotonic() < window_end:
+                    time.sleep(0.05)
+            lost += trace.lost
+            for note in trace.notes:
+                print(f"note: {note}", file=err)
+            for hit in trace.hits:
+                if args.count is not None and shown >= args.count:
+                    break
+                print(format_hit(hit, args.disasm), file=out, flush=True)
+                shown += 1
+            tracer.traces.clear()  # a long session must not keep every window
+            if args.count is not None and shown >= args.count:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {shown} hit(s) shown", file=err)
+        return EXIT_INTERRUPTED
+    except (CaptureError, TracingUnavailable, TargetError, OSError) as exc:
+        print(f"pytest-lbr: {exc}", file=err)
+        return EXIT_FOUND
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    print(f"{shown} hit(s), {lost} record(s) lost", file=err)
+    return EXIT_OK
+
+
+# -- diff -------------------------------------------------------------------------
+
+
+def _diff(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pytest_lbr.golden import Comparison, GoldenError, parse
+
+    files = []
+    for name in (args.a, args.b):
+        path = Path(name)
+        try:
+            files.append(parse(path.read_text(encoding="utf-8"), path))
+        except OSError as exc:
+            raise UsageError(f"cannot read {name}: {exc.strerror}") from None
+        except GoldenError as exc:
+            raise UsageError(str(exc)) from None
+    a, b = files
+    for key in ("kernel", "backend", "level", "arch"):
+        if a.header.get(key) != b.header.get(key):
+            print(f"# {key}: {a.header.get(key)} -> {b.header.get(key)}", file=out)
+    if a.level != b.level:
+        raise UsageError(
+            f"{args.a} is at level {a.level!r}, {args.b} at {b.level!r}: not comparable"
+        )
+    cmp = Comparison(a.lines, b.lines, Path(args.a))
+    if cmp.matches:
+        print(f"identical: {len(a.lines)} edge line(s)", file=out)
+        return EXIT_OK
+    text = cmp.diff(max_lines=args.max_lines)
+    # Comparison names its sides for the test-run case; here both are files.
+    text = text.replace(f"--- golden {Path(args.a).name}", f"--- {args.a}", 1)
+    text = text.replace("+++ this run", f"+++ {args.b}", 1)
+    print(text, file=out)
+    print(cmp.first_divergence(), file=out)
+    return EXIT_FOUND
+
+
+# -- doctor -----------------------------------------------------------------------
+
+
+class DoctorCheck:
+    """One line of `pytest-lbr doctor`: what was checked, the answer, and the fix."""
+
+    def __init__(self, name: str, ok: bool, detail: str, fix: str = "") -> None:
+        self.name, self.ok, self.detail, self.fix = name, ok, detail, fix
+
+    def __str__(self) -> str:
+        line = f"[{'ok' if self.ok else 'no'}] {self.name}: {self.detail}"
+        return line if self.ok or not self.fix else f"{line}\n     fix: {self.fix}"
+
+
+def _check(name: str, fn: Callable[[], DoctorCheck]) -> DoctorCheck:
+    from pytest_lbr.libbpf import libbpf_messages
+
+    try:
+        with libbpf_messages():  # the check's answer says it; libbpf's chatter would not
+            return fn()
+    except Exception as exc:  # a check must answer, not crash the report
+        return DoctorCheck(name, False, f"check failed: {type(exc).__name__}: {exc}")
+
+
+def _root() -> DoctorCheck:
+    if os.geteuid() == 0:
+        return DoctorCheck("root", True, "running as root")
+    return DoctorCheck(
+        "root",
+        False,
+        f"running as uid {os.geteuid()}: BPF tracing and ftrace need root",
+        "run as root (sudo pytest-lbr ...), or in a guest: ci/qemu/run --kernel 6.12",
+    )
+
+
+def _btf() -> DoctorCheck:
+    path = "/sys/kernel/btf/vmlinux"
+    if os.path.exists(path):
+        return DoctorCheck("BTF", True, f"{path} ({os.path.getsize(path)} bytes)")
+    return DoctorCheck(
+        "BTF", False, f"no {path}", "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    )
+
+
+def _fentry() -> DoctorCheck:
+    from pytest_lbr.capture.hooks import try_load_fexit
+
+    try:
+        try_load_fexit("vfs_write")
+    except Exception as exc:
+        code = getattr(exc, "errno", None)
+        why = "EPERM: refused (kernel lockdown?)" if code == errno.EPERM else str(exc)
+        return DoctorCheck(
+            "fentry",
+            False,
+            f"fexit program on vfs_write does not load: {why}",
+            "trace in a guest with a stock kernel: ci/qemu/run --kernel 6.12 (docs/ci.md)",
+        )
+    return DoctorCheck("fentry", True, "fexit program on vfs_write loads")
+
+
+def _kprobe_multi() -> DoctorCheck:
+    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.targets import parse_target
+
+    try:
+        with HookSet([parse_target("kfunc:vfs_writ*")], snapshot=False, fallback="kprobe") as hs:
+            notes = list(hs.notes)
+    except OSError as exc:
+        return DoctorCheck(
+            "kprobe.multi",
+            False,
+            f"neither kprobe.multi nor single kprobes attach to vfs_write: {exc.strerror}",
+            "needs CONFIG_KPROBES=y (and CONFIG_FPROBE=y for kprobe.multi): run in a guest "
+            "(ci/qemu/run --kernel 6.12)",
+        )
+    if notes:
+        return DoctorCheck(
+            "kprobe.multi",
+            False,
+            notes[0],
+            "globs still work, attached one kprobe per function (slower); kprobe.multi "
+            "needs Linux >= 5.18 with CONFIG_FPROBE=y",
+        )
+    return DoctorCheck(
+        "kprobe.multi", True, "kfunc:vfs_writ* attached through one kprobe.multi link"
+    )
+
+
+def _pmu() -> DoctorCheck:
+    from pytest_lbr.capture import perf
+
+    attr = perf.perf_event_attr()
+    attr.size = perf.ctypes.sizeof(attr)
+    attr.type = perf.PERF_TYPE_HARDWARE
+    attr.config = perf.PERF_COUNT_HW_CPU_CYCLES
+    try:
+        fd = perf.perf_event_open(attr, -1, perf.online_cpus()[0])
+    except OSError as exc:
+        fix = (
+            "no hardware PMU here (a VM without vPMU?): on an Intel KVM host boot the guest "
+            "with -cpu host,pmu=on (ci/qemu/run does, docs/ci.md)"
+        )
+        return DoctorCheck(
+            "PMU", False, f"perf_event_open(cycles) failed: {os.strerror(exc.errno or 0)}", fix
+        )
+    os.close(fd)
+    return DoctorCheck("PMU", True, "hardware cycles counter opens")
+
+
+def _lbr() -> DoctorCheck:
+    from pytest_lbr.capture import probe
+
+    caps = Path("/sys/bus/event_source/devices/cpu/caps/branches")
+    depth = caps.read_text().strip() if caps.exists() else None
+    cap = probe("lbr")
+    detail = f"depth {depth}" if depth else "no LBR depth (no cpu/caps/branches)"
+    if cap.available:
+        return DoctorCheck("LBR", True, f"{detail}; bpf_get_branch_snapshot() returns records")
+    return DoctorCheck(
+        "LBR",
+        False,
+        f"{detail}; {cap.reason}",
+        "LBR needs an Intel CPU with legacy LBR (or AMD LBRv2) on bare metal or KVM with "
+        "lbr-fmt passthrough; elsewhere use --lbr-backend=graph",
+    )
+
+
+def _graph() -> DoctorCheck:
+    from pytest_lbr.capture import probe
+
+    cap = probe("graph")
+    if cap.available:
+        return DoctorCheck("tracefs", True, "function tracer works in a private tracefs instance")
+    return DoctorCheck(
+        "tracefs",
+        False,
+        cap.reason,
+        "the graph backend needs the ftrace function tracer as root: run in a guest "
+        "(ci/qemu/run --kernel 6.12)",
+    )
+
+
+def _vmlinux(explicit: str | None) -> Callable[[], DoctorCheck]:
+    def check() -> DoctorCheck:
+        from pytest_lbr.symbols.vmlinux import find_vmlinux, running_build_id
+
+        path, status = find_vmlinux(explicit)
+        running = running_build_id() or "unreadable"
+        if path is not None:
+            return DoctorCheck("debug vmlinux", True, status)
+        release = os.uname().release
+        return DoctorCheck(
+            "debug vmlinux",
+            False,
+            f"{status} (running build-id {running})",
+            f"install the kernel's debug image (Debian: apt install linux-image-{release}-dbg) "
+            "or pass --lbr-vmlinux=PATH; traces then get file:line",
+        )
+
+    return check
+
+
+def doctor_checks(vmlinux: str | None = None) -> list[DoctorCheck]:
+    """Every check `pytest-lbr doctor` prints, in order."""
+    checks: list[tuple[str, Callable[[], DoctorCheck]]] = [
+        ("root", _root),
+        ("BTF", _btf),
+        ("fentry", _fentry),
+        ("kprobe.multi", _kprobe_multi),
+        ("PMU", _pmu),
+        ("LBR", _lbr),
+        ("tracefs", _graph),
+        ("debug vmlinux", _vmlinux(vmlinux)),
+    ]
+    return [_check(name, fn) for name, fn in checks]
+
+
+def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pytest_lbr.tracer import Tracer
+
+    print(f"pytest-lbr doctor: kernel {os.uname().release} {os.uname().machine}", file=out)
+    for check in doctor_checks(args.vmlinux):
+        print(check, file=out, flush=True)
+    from pytest_lbr.libbpf import libbpf_messages
+
+    tracer = Tracer("auto")
+    with libbpf_messages():
+        available = tracer.available
+    if available:
+        print(f"=> tracing works here: backend {tracer.backend}", file=out)
+        return EXIT_OK
+    print(f"=> no tracing here: {tracer.reason}", file=out)
+    return EXIT_FOUND
+
+
+# -- command line -----------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def convert(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+        return value
+
+    return convert
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pytest-lbr", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    tr = sub.add_parser("trace", help="attach to targets and print each hit's branches")
+    tr.add_argument(
+        "targets", nargs="+", metavar="TARGET", help="kfunc:NAME, prog:ID, tp:CAT/NAME ..."
+    )
+    tr.add_argument("--backend", choices=BACKENDS, default="auto")
+    tr.add_argument("--filter", choices=FILTERS, help="LBR branch filter (LBR only)")
+    tr.add_argument("--disasm", action="store_true", help="show the instructions at each branch")
+    stop = tr.add_mutually_exclusive_group()
+    stop.add_argument("--count", type=_positive(int), help="stop after N hits")
+    stop.add_argument("--duration", type=_positive(float), help="stop after S seconds")
+    tr.add_argument(
+        "--window",
+        type=_positive(float),
+        default=1.0,
+        help="collection window, seconds (default 1)",
+    )
+    df = sub.add_parser("diff", help="compare two golden trace files")
+    df.add_argument("a", metavar="A.lbr")
+    df.add_argument("b", metavar="B.lbr")
+    df.add_argument("--max-lines", type=int, default=400, help=argparse.SUPPRESS)
+    dr = sub.add_parser("doctor", help="what this machine can trace, and the fix for what not")
+    dr.add_argument("--vmlinux", metavar="PATH", help="debug vmlinux to check")
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Entry point of the `pytest-lbr` console script."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        args = build_parser().parse_args(argv)
+        command = {"trace": _trace, "diff": _diff, "doctor": _doctor}[args.cmd]
+        return command(args, out, err)
+    except UsageError as exc:
+        print(f"pytest-lbr: error: {exc}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=err)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `pytest-lbr trace ... | head`
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
