@@ -1,0 +1,170 @@
+"""Benchmark (guest, 6.12): time to arm a capture on many kernel functions vs bpftrace.
+
+For each glob, per run:
+
+* pytest-lbr: `LbrCapture.start()` (glob expansion, tracer load, one
+  kprobe.multi link, per-CPU perf events) and then `close()`; "arm" is start
+  alone, "arm+disarm" both;
+* bpftrace `kfunc:GLOB {}` and `kprobe:GLOB {}` with `-c true` (attach
+  everything, run `true`, detach, exit) minus the same bpftrace process with
+  no probe (`BEGIN {}`, `-c true`), so bpftrace's own start-up (~3 s under TCG)
+  is not counted against it.
+
+The guest has no PMU, so the per-CPU branch events are software events with
+the same attributes (as the kernel tests do); everything else is the real
+path. Must run as root in a guest that allows kprobes (ci/qemu/run).
+
+    python bench/attach.py [--runs 3] [--glob 'tcp_*' --glob '...'] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import add_common_args, ratio, save_json, stat  # noqa: E402
+
+__all__ = [
+    "BIG_GLOB",
+    "SMALL_GLOB",
+    "bpftrace_run",
+    "main",
+    "ours",
+    "parse_args",
+    "software_branch_events",
+]
+
+#: ~380 functions on 6.12: the case users hit first.
+SMALL_GLOB = "tcp_*"
+#: ~2,000 traceable functions on Debian's 6.12 (checked at run time; the count is reported).
+BIG_GLOB = "ext4_*"
+
+
+def software_branch_events(filter: str) -> Any:
+    """Per-CPU perf events with the LBR attributes but a software clock (no PMU in TCG)."""
+    from pytest_lbr.capture import perf
+
+    fds = []
+    for cpu in perf.online_cpus():
+        attr = perf.branch_attr(filter)
+        attr.type, attr.config, attr.sample_type = perf.PERF_TYPE_SOFTWARE, 0, 0
+        fds.append(perf.perf_event_open(attr, -1, cpu))
+    return perf.BranchEvents(fds)
+
+
+def ours(glob: str, runs: int) -> dict[str, Any]:
+    """Arm and disarm times of an LBR capture on `kfunc:<glob>` (seconds per run)."""
+    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.targets import parse_target
+
+    arm: list[float] = []
+    disarm: list[float] = []
+    functions = 0
+    how = ""
+    for _ in range(runs):
+        cap = LbrCapture(
+            [parse_target(f"kfunc:{glob}")], check=False, open_events=software_branch_events
+        )
+        t0 = time.perf_counter()
+        try:
+            cap.start()
+            t1 = time.perf_counter()
+            hooks = cap._hooks
+            if isinstance(hooks, HookSet) and hooks.attached:
+                functions = len(hooks.attached[0].functions)
+                how = hooks.attached[0].how
+        finally:
+            t2 = time.perf_counter()
+            cap.close()
+            t3 = time.perf_counter()
+        arm.append(t1 - t0)
+        disarm.append(t3 - t2)
+    total = [a + d for a, d in zip(arm, disarm, strict=True)]
+    return {"functions": functions, "how": how, "arm": arm, "disarm": disarm, "total": total}
+
+
+def bpftrace_run(program: str, max_probes: int = 8192) -> tuple[float, int | None, str]:
+    """(seconds, probes bpftrace attached, error tail) for `bpftrace -e PROGRAM -c true`."""
+    env = dict(os.environ, BPFTRACE_MAX_PROBES=str(max_probes))
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        ["bpftrace", "-e", program, "-c", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    elapsed = time.perf_counter() - t0
+    m = re.search(r"Attaching (\d+) probes?", out.stdout + out.stderr)
+    err = "" if out.returncode == 0 else (out.stderr.strip().splitlines() or ["?"])[-1]
+    return elapsed, int(m.group(1)) if m else None, err
+
+
+def bpftrace_glob(glob: str, runs: int) -> dict[str, Any]:
+    """bpftrace kfunc:/kprobe: on `glob`, and its no-probe baseline, `runs` each, interleaved."""
+    res: dict[str, Any] = {"baseline": [], "kfunc": [], "kprobe": [], "probes": {}, "errors": {}}
+    for _ in range(runs):
+        res["baseline"].append(bpftrace_run("BEGIN {}")[0])
+        for kind in ("kfunc", "kprobe"):
+            secs, probes, err = bpftrace_run(f"{kind}:{glob} {{}}")
+            res[kind].append(secs)
+            res["probes"][kind] = probes
+            if err:
+                res["errors"][kind] = err
+    base = stat(res["baseline"]).median
+    for kind in ("kfunc", "kprobe"):
+        # Attach + detach time: the whole run minus bpftrace's own start-up.
+        res[f"{kind}_net"] = [max(t - base, 0.0) for t in res[kind]]
+    return res
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command line of this benchmark."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap, runs=3)
+    ap.add_argument(
+        "--glob",
+        action="append",
+        help=f"kernel function glob (repeatable; default {SMALL_GLOB!r} and {BIG_GLOB!r})",
+    )
+    ap.add_argument(
+        "--bpftrace-runs", type=int, help="runs of each bpftrace variant (default: --runs)"
+    )
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and write its JSON."""
+    args = parse_args(argv)
+    globs = args.glob or [SMALL_GLOB, BIG_GLOB]
+    have_bpftrace = shutil.which("bpftrace") is not None
+    results: dict[str, Any] = {}
+    for glob in globs:
+        print(f"# attach {glob}", file=sys.stderr, flush=True)
+        entry: dict[str, Any] = {"ours": ours(glob, args.runs)}
+        if have_bpftrace:
+            bt = bpftrace_glob(glob, args.bpftrace_runs or args.runs)
+            entry["bpftrace"] = bt
+            for kind in ("kfunc", "kprobe"):
+                entry[f"ratio_vs_{kind}"] = ratio(entry["ours"]["total"], bt[f"{kind}_net"])
+        results[glob] = entry
+    save_json(
+        args.out,
+        {"benchmark": "attach", "globs": results, "bpftrace": have_bpftrace},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Benchmark (guest): what tracing adds to one test.
+
+The test: load tests/bpf/build/xdp_helpers.bpf.o with `BpfLoader`, run
+`xdp_helpers` once on a packet, close. Traced, the run sits inside a trace of
+that one program (arm, run, disarm, collect, symbolize):
+
+* graph -- `Tracer(backend="graph").trace(prog)`: what a user gets in this
+  TCG guest (no PMU, so "auto" picks graph);
+* lbr   -- the LBR capture as `Tracer.trace` drives it (fexit on the program,
+  ring buffer, symbolization of the records) on software perf events, since
+  the guest has no PMU: `bpf_get_branch_snapshot()` returns -ENOENT, so the
+  records carry no branches and this is the cost of the machinery alone.
+
+One unmeasured warm-up of each variant first (imports, probes), then `--runs`
+interleaved runs; the figures are per-test seconds a suite sees after its
+first traced test.
+
+    python bench/pertest.py [--runs 7] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from attach import software_branch_events  # noqa: E402
+from common import REPO, add_common_args, ratio, save_json  # noqa: E402
+
+__all__ = ["PACKET", "XDP_OBJECT", "lbr_trace", "main", "parse_args", "variants"]
+
+XDP_OBJECT = REPO / "tests" / "bpf" / "build" / "xdp_helpers.bpf.o"
+#: An Ethernet-sized packet whose first byte is counted (not the drop byte 0xff).
+PACKET = bytes([0x01]) + bytes(63)
+XDP_PASS = 2
+
+
+@contextmanager
+def lbr_trace(prog: Any) -> Iterator[Any]:
+    """`Tracer.trace(prog)` on the LBR backend, with software perf events (no PMU here)."""
+    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.model import Trace
+    from pytest_lbr.targets import parse_targets
+
+    capture = LbrCapture(parse_targets([prog]), check=False, open_events=software_branch_events)
+    trace = Trace()
+    try:
+        capture.start()
+        yield trace
+        trace.__dict__.update(capture.stop().__dict__)
+    finally:
+        capture.close()
+
+
+def _test(trace_cm: Callable[[Any], Any] | None) -> Callable[[], None]:
+    from pytest_lbr.bpf import BpfLoader
+
+    def body() -> None:
+        with BpfLoader() as bpf:
+            prog = bpf.load(XDP_OBJECT).programs["xdp_helpers"]
+            if trace_cm is None:
+                res = prog.run(data=PACKET)
+                hits = 1
+            else:
+                with trace_cm(prog) as trace:
+                    res = prog.run(data=PACKET)
+                hits = len(trace.hits)
+            if res.retval != XDP_PASS or hits != 1:
+                raise RuntimeError(f"bad test run: retval {res.retval}, {hits} hits (want 1)")
+
+    return body
+
+
+def variants() -> dict[str, Callable[[], None]]:
+    """name -> one whole test."""
+    from pytest_lbr.tracer import Tracer
+
+    graph = Tracer(backend="graph")
+    return {
+        "untraced": _test(None),
+        "graph": _test(lambda p: graph.trace(p)),
+        "lbr (software events)": _test(lbr_trace),
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command line of this benchmark."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap, runs=7)
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and write its JSON."""
+    args = parse_args(argv)
+    tests = variants()
+    first: dict[str, float] = {}
+    times: dict[str, list[float]] = {name: [] for name in tests}
+    errors: dict[str, str] = {}
+    for name, fn in tests.items():
+        t0 = time.perf_counter()
+        try:
+            fn()
+        except Exception as exc:  # report it in the table, keep measuring the others
+            errors[name] = f"{type(exc).__name__}: {exc}"
+        first[name] = time.perf_counter() - t0
+    for _ in range(args.runs):
+        for name, fn in tests.items():
+            if name in errors:
+                continue
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    save_json(
+        args.out,
+        {
+            "benchmark": "pertest",
+            "seconds": times,
+            "first": first,
+            "errors": errors,
+            "ratios": {n: ratio(times[n], times["untraced"]) for n in tests if n != "untraced"},
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
