@@ -15,6 +15,7 @@ Layout (little endian):
 
 from __future__ import annotations
 
+import gc
 import os
 import struct
 import sys
@@ -120,16 +121,21 @@ def _decode(data: bytes) -> dict[int, tuple[Frame, ...]]:
     flat = _array("I", data[pos : pos + 12 * nframes])
     if len(flat) != 3 * nframes or len(starts) != naddr + 1:
         raise ValueError("truncated cache")
-    # Many addresses share frames (same line): build each distinct frame once.
-    made: dict[tuple[int, int, int], Frame] = {}
-    frames: list[Frame] = []
-    for i in range(0, len(flat), 3):
-        key = (flat[i], flat[i + 1], flat[i + 2])
-        fr = made.get(key)
-        if fr is None:
-            fr = made[key] = Frame(strs[key[0]], strs[key[1]], key[2])
-        frames.append(fr)
-    out: dict[int, tuple[Frame, ...]] = {}
-    for i, addr in enumerate(addrs):
-        out[addr] = tuple(frames[starts[i] : starts[i + 1]])
-    return out
+    # tuple.__new__ builds a NamedTuple in C, ~5x faster than calling Frame():
+    # this loop is most of a warm session's start-up.
+    # The cyclic GC would scan the young tuples again and again (none can form a
+    # cycle): pausing it halves the time.
+    new = tuple.__new__
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        frames = [
+            new(Frame, (strs[f], strs[p], ln))
+            for f, p, ln in zip(flat[0::3], flat[1::3], flat[2::3], strict=True)
+        ]
+        return {
+            addr: tuple(frames[a:b]) for addr, a, b in zip(addrs, starts, starts[1:], strict=False)
+        }
+    finally:
+        if enabled:
+            gc.enable()

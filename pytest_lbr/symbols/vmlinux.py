@@ -294,13 +294,13 @@ class VmlinuxLines:
         if self._known is None:
             self._known = self._cache.load() if self._cache else {}
         known = self._known
-        missing = sorted(a for a in wanted if a not in known)
+        missing = sorted(wanted.difference(known))  # set algebra in C: warm is all lookups
         if missing:
             found = self._llvm_lookup(missing) if self._llvm else self._dwarf_lookup(missing)
             known.update(found)
             if self._cache is not None:
                 self._cache.save(known)
-        return {a: known[a] for a in wanted}
+        return dict(zip(wanted, map(known.__getitem__, wanted), strict=True))
 
     def _dwarf_lookup(self, addrs: list[int]) -> dict[int, tuple[Frame, ...]]:
         if self._dwarf is None:
