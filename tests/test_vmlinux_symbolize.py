@@ -111,3 +111,21 @@ def test_offline_symbol_address_and_functions(vmlinux_61: str) -> None:
     assert vm.function_at(start + 3) == ("vfs_write", 3)
     (frames,) = vm.lookup([start]).values()
     assert frames[-1].function == "vfs_write" and frames[0].file == "fs/read_write.c"
+
+
+def test_unwritable_cache_directory_is_not_an_error(tmp_path) -> None:
+    from pytest_lbr.symbols.cache import FrameCache
+    from pytest_lbr.symbols.dwarf import Frame
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    cache = FrameCache("00ff", ro / "sub")
+    if os.access(ro, os.W_OK):  # root ignores modes: use a path under a file instead
+        cache = FrameCache("00ff", tmp_path / "file-not-dir")
+        (tmp_path / "file-not-dir").write_text("")
+    cache.save({1: (Frame("f", "a.c", 3),)})
+    assert cache.load() == {}
+    good = FrameCache("00ff", tmp_path / "ok")
+    good.save({1: (Frame("f", "a.c", 3),), 2: ()})
+    assert good.load() == {1: (Frame("f", "a.c", 3),), 2: ()}

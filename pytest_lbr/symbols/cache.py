@@ -64,10 +64,15 @@ class FrameCache:
             return {}  # a foreign or damaged file: rebuilt on the next save
 
     def save(self, entries: Mapping[int, tuple[Frame, ...]]) -> None:
-        """Write `entries` (the whole set, old and new) atomically."""
+        """Write `entries` (the whole set, old and new) atomically; no-op if not writable."""
         data = _encode(entries)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".bin")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".bin")
+        except OSError:
+            # A read-only home (the VM guests share the host's root read-only): the
+            # cache only saves time, so run without it.
+            return
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
