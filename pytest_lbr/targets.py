@@ -71,6 +71,8 @@ def parse_target(target: Any) -> Target:
     fd = getattr(target, "fd", None)
     if isinstance(fd, int) and fd >= 0:
         name = getattr(target, "name", None)
+        if isinstance(name, bytes):  # bcc's BPF.Function.name
+            name = name.decode(errors="replace")
         spec = f"prog:name:{name}" if isinstance(name, str) and name else f"prog:fd:{fd}"
         return Target("prog", spec, prog_fd=fd, obj=target)
     raise TargetError(f"bad target {target!r}: expected {_FORMS}")

@@ -61,7 +61,8 @@ def test_object_with_fd_is_a_program_target() -> None:
 
     t = parse_target(Program())
     assert (t.kind, t.prog_fd, t.spec) == ("prog", 9, "prog:name:xdp_count")
-    assert parse_target(BccFunction()).prog_fd == 7
+    bcc = parse_target(BccFunction())
+    assert (bcc.prog_fd, bcc.spec) == (7, "prog:name:xdp_prog")
 
 
 @pytest.mark.parametrize(
