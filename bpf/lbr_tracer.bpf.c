@@ -36,9 +36,19 @@ struct {
 /* Keeps struct lbr_hit in the object's BTF for the layout test. */
 struct lbr_hit *lbr_hit_btf_anchor __attribute__((unused));
 
+/*
+ * Take the branch snapshot as early as the verifier allows.  The snapshot
+ * needs a 768-byte buffer, more than the 512-byte BPF stack, so it goes to a
+ * per-CPU slot of a global array, and finding the slot needs the CPU number
+ * first (retsnoop does the same).  bpf_get_smp_processor_id() is inlined by
+ * the verifier on x86-64 since "bpf: inline bpf_get_smp_processor_id()
+ * helper" (in v6.10), so on 6.12 the snapshot is the first call; on 6.1 the
+ * helper's call and return cost two LBR entries, which trim_tracer() drops
+ * with the rest of the tracer's own records.  A per-CPU array lookup would be
+ * a helper call too, so it would not be cheaper.
+ */
 static __always_inline __u32 snapshot(void)
 {
-	/* The CPU index only costs one helper call on kernels that do not inline it. */
 	__u32 cpu = bpf_get_smp_processor_id() & (LBR_MAX_CPUS - 1);
 
 	if (lbr_cfg.snapshot)
@@ -89,7 +99,7 @@ static __always_inline int emit(__u32 cpu, __u32 hook, __u64 cookie, __u64 func_
 
 static __always_inline __u64 fixed_cookie(void)
 {
-	return (__u64)lbr_cfg.target << 32;
+	return (__u64)lbr_cfg.target << 32 | lbr_cfg.function;
 }
 
 /* fentry/fexit on a kernel function or a BPF program's main function. */

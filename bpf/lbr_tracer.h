@@ -43,7 +43,7 @@ struct lbr_config {
 	__u32 tgid;     /* only this process's threads; 0 = every process */
 	__u32 target;   /* fentry/fexit: target index reported as cookie << 32 */
 	__u32 snapshot; /* 0: hits only, no bpf_get_branch_snapshot() */
-	__u32 _pad;
+	__u32 function; /* fentry/fexit: function index within a glob target */
 };
 
 struct lbr_hit {

@@ -43,8 +43,35 @@ def _fds() -> tuple[int, int]:
     return len(fds), perf_fds
 
 
+#: tracefs files a trace could change: probe events, tracer, filters, and
+#: enabled_functions (every ftrace-attached function: fentry trampolines, kprobes).
+_TRACEFS_FILES = (
+    "kprobe_events",
+    "uprobe_events",
+    "dynamic_events",
+    "current_tracer",
+    "set_ftrace_filter",
+    "enabled_functions",
+    "tracing_on",
+)
+
+
+def _tracefs() -> dict[str, object]:
+    root = "/sys/kernel/tracing"
+    if not os.path.exists(f"{root}/current_tracer"):
+        root = "/sys/kernel/debug/tracing"
+    out: dict[str, object] = {"instances": sorted(os.listdir(f"{root}/instances"))}
+    for name in _TRACEFS_FILES:
+        try:
+            with open(f"{root}/{name}") as f:
+                out[name] = f.read()
+        except FileNotFoundError:
+            out[name] = None
+    return out
+
+
 def _state() -> dict[str, object]:
-    return {"progs": _ids("prog"), "links": _ids("link"), "fds": _fds()}
+    return {"progs": _ids("prog"), "links": _ids("link"), "fds": _fds(), "tracefs": _tracefs()}
 
 
 def _software_events(filter: str) -> perf.BranchEvents:
@@ -68,6 +95,8 @@ def lbr_trace(*targets: str) -> Iterator[Trace]:
         capture.start()
         armed = _state()
         assert armed["links"] - before_links() and armed["fds"][1] > 0  # type: ignore[index]
+        # The hooks really show in tracefs, so "identical afterwards" means something.
+        assert armed["tracefs"] != _before["tracefs"]
         yield trace
         trace.__dict__.update(capture.stop().__dict__)
     finally:
