@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.hooks import TRACER_OBJECT, LbrHitRecord, _decode_record, header_constants
+from pytest_lbr.capture.hooks import (
+    TRACER_OBJECT,
+    LbrHitRecord,
+    _Config,
+    _decode_record,
+    header_constants,
+)
 from pytest_lbr.capture.lbr import branch_kind, decode_branches, decode_flags, trim_tracer
 from pytest_lbr.model import Location
 
@@ -161,7 +167,10 @@ def test_hit_record_mirror_matches_the_header() -> None:
     assert ctypes.sizeof(LbrHitRecord) == 64 + 24 * c["LBR_MAX_ENTRIES"]
 
 
-def test_hit_record_mirror_matches_the_object_btf() -> None:
+@pytest.mark.parametrize(
+    ("struct_name", "mirror"), [("lbr_hit", LbrHitRecord), ("lbr_config", _Config)]
+)
+def test_mirrors_match_the_object_btf(struct_name: str, mirror: type[ctypes.Structure]) -> None:
     if not TRACER_OBJECT.exists():
         pytest.skip(f"{TRACER_OBJECT} not built (make -C bpf)")
     if shutil.which("bpftool") is None:
@@ -173,7 +182,7 @@ def test_hit_record_mirror_matches_the_object_btf() -> None:
         check=True,
     ).stdout
     lines = dump.splitlines()
-    start = next(i for i, line in enumerate(lines) if "STRUCT 'lbr_hit'" in line)
+    start = next(i for i, line in enumerate(lines) if f"STRUCT '{struct_name}'" in line)
     size = int(lines[start].split("size=")[1].split()[0])
     members = []
     for line in lines[start + 1 :]:
@@ -181,9 +190,9 @@ def test_hit_record_mirror_matches_the_object_btf() -> None:
             break
         name = line.split("'")[1]
         members.append((name, int(line.split("bits_offset=")[1]) // 8))
-    mirror = [(n.rstrip("_"), getattr(LbrHitRecord, n).offset) for n, _ in LbrHitRecord._fields_]
-    assert members == mirror
-    assert size == ctypes.sizeof(LbrHitRecord)
+    fields = [(n.rstrip("_"), getattr(mirror, n).offset) for n, *_ in mirror._fields_]
+    assert members == fields
+    assert size == ctypes.sizeof(mirror)
 
 
 def test_ring_buffer_record_decodes(ksyms: Kallsyms) -> None:
