@@ -6,12 +6,10 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#define MAX_CPUS 64
-
-/* Packets seen per CPU. */
+/* Packets seen per CPU (a hash: only CPUs that saw packets have an entry). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, MAX_CPUS);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
 	__type(key, __u32);
 	__type(value, __u64);
 } per_cpu SEC(".maps");
@@ -20,11 +18,13 @@ SEC("xdp")
 int cpu_stamp(struct xdp_md *ctx)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
-	__u64 *n;
+	__u64 one = 1, *n;
 
 	n = bpf_map_lookup_elem(&per_cpu, &cpu);
 	if (n)
 		__sync_fetch_and_add(n, 1);
+	else
+		bpf_map_update_elem(&per_cpu, &cpu, &one, BPF_NOEXIST);
 	return XDP_PASS;
 }
 
