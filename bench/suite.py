@@ -130,7 +130,7 @@ def run_guest(args: argparse.Namespace, results: Path) -> None:
     quick = args.quick
     config = {
         "args": {
-            "pertest": ["--runs", str(max(args.runs, 5))],
+            "pertest": ["--runs", runs],
             "graph_overhead": ["--runs", runs],
             "throughput": ["--runs", runs, "--hits", "20000" if quick else "40000"],
             "attach": ["--runs", runs, "--big-runs", "2"] + (["--glob", "tcp_*"] if quick else []),
