@@ -203,6 +203,7 @@ def build_command(
     kvm: bool | None = None,
     append: str = "",
     rw: Sequence[Path] = (),
+    kernel_log: bool = False,
 ) -> VmPlan:
     """The vng command line that runs pytest in the guest."""
     vng = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
@@ -234,8 +235,6 @@ def build_command(
         str(cpus),
         "--rwdir",
         str(results),
-        "--rwdir",
-        "/tmp",
     ]
     for path in rw:
         cmd += ["--rwdir", str(path)]
@@ -245,6 +244,8 @@ def build_command(
         cmd += ["--qemu-opts", " ".join(qemu_opts)]
     if append:
         cmd += ["--append", append]
+    if kernel_log:  # the kernel's console (boot, oops, panic) into the console log
+        cmd.append("--verbose")
     cmd += ["--exec", f"cd {shlex.quote(str(REPO))} && {shlex.join(guest)}"]
     accel = f"{'KVM' if kvm else 'TCG'} ({accel_why})"
     return VmPlan(kernel, results, cmd, accel, lbr_why)
@@ -305,7 +306,14 @@ def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 300.0
             "it panicked or was killed mid-run" if started else "it failed to boot"
         )
     tail = console_path.read_bytes().decode(errors="replace").strip().splitlines()[-15:]
-    raise VmError(f"{plan.kernel.name}: {why}; console in {console_path}:\n  " + "\n  ".join(tail))
+    hint = (
+        ""
+        if "--verbose" in plan.command
+        else " (rerun with --kernel-log to see the kernel console)"
+    )
+    raise VmError(
+        f"{plan.kernel.name}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail)
+    )
 
 
 @dataclass
@@ -353,8 +361,15 @@ def guest_main(results: Path, pytest_args: list[str]) -> int:
     _mount("bpf", "/sys/fs/bpf")
     _mount("tracefs", "/sys/kernel/tracing")
     _mount("debugfs", "/sys/kernel/debug")
+    # The guest's own scratch space: the host's /tmp shared over 9p breaks pytest's
+    # unlinked temporary files (capture), so tmp_path and TMPDIR live in guest RAM.
+    tmpdir = Path("/run/pytest-lbr-tmp")
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(tmpdir):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1G", "tmpfs", str(tmpdir)], check=False)
     env = dict(
         os.environ,
+        TMPDIR=str(tmpdir),
         PYTEST_LBR_GUEST="1",
         PYTEST_LBR_STRICT="1",
         PYTHONDONTWRITEBYTECODE="1",
@@ -406,6 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     accel = run.add_mutually_exclusive_group()
     accel.add_argument("--kvm", dest="kvm", action="store_true", default=None, help="force KVM")
     accel.add_argument("--tcg", dest="kvm", action="store_false", help="force TCG (no KVM)")
+    run.add_argument(
+        "--kernel-log", action="store_true", help="show the kernel console (to debug a panic)"
+    )
     run.add_argument("--dry-run", action="store_true", help="print the command and exit")
     run.add_argument("pytest_args", nargs="*", help="arguments for pytest in the guest (after --)")
     guest = sub.add_parser("guest", help="(inside the VM) run pytest and report")
@@ -427,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kvm=args.kvm,
             append=args.append,
             rw=[p.resolve() for p in args.rw],
+            kernel_log=args.kernel_log,
         )
         if args.dry_run:
             print(shlex.join(plan.command))
