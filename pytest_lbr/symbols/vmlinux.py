@@ -144,9 +144,14 @@ def check_matches_running(path: str, notes_path: str = "/sys/kernel/notes") -> s
     have = elf_build_id(path)
     if want is None:
         raise VmlinuxMismatch(f"{path}: cannot read the running kernel's build-id ({notes_path})")
+    if have is None:
+        raise VmlinuxMismatch(
+            f"{path}: has no GNU build-id, so it cannot be matched with the running kernel's "
+            f"build-id {want}: not using it for file:line"
+        )
     if have != want:
         raise VmlinuxMismatch(
-            f"{path}: build-id {have or 'none'} does not match the running kernel's "
+            f"{path}: build-id {have} does not match the running kernel's "
             f"build-id {want}: not using it for file:line"
         )
     return have
