@@ -3,6 +3,7 @@ the output docs/cli.md documents."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -28,6 +29,13 @@ def cli(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
+def keep_output(name: str, res: subprocess.CompletedProcess[str]) -> None:
+    """Save the real output beside the guest's results (docs/cli.md quotes it)."""
+    results = os.environ.get("PYTEST_LBR_RESULTS")
+    if results:
+        Path(results, f"cli-{name}.txt").write_text(res.stdout + "--- stderr\n" + res.stderr)
+
+
 def leftovers() -> list[str]:
     """tracefs instances and kprobe events pytest-lbr made and did not remove."""
     inst = [p.name for p in (TRACEFS / "instances").iterdir() if p.name.startswith("pytest_lbr")]
@@ -37,6 +45,7 @@ def leftovers() -> list[str]:
 
 def test_trace_prints_a_hit_in_the_documented_format() -> None:
     res = cli("trace", "kfunc:vfs_write", "--count", "1")
+    keep_output("trace", res)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     m = HIT.fullmatch(lines[0])
@@ -72,6 +81,7 @@ def test_ctrl_c_ends_trace_cleanly() -> None:
 
 def test_doctor_in_the_guest() -> None:
     res = cli("doctor")
+    keep_output("doctor", res)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     status = {
