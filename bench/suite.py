@@ -136,8 +136,10 @@ def run_guest(args: argparse.Namespace, results: Path) -> None:
             "attach": ["--runs", runs, "--big-runs", "2"] + (["--glob", "tcp_*"] if quick else []),
         }
     }
+    if args.only:
+        config["benchmarks"] = args.only.split(",")
     (results / "bench-config.json").write_text(json.dumps(config, indent=1))
-    for name in config["args"]:
+    for name in config.get("benchmarks", config["args"]):
         (results / f"{name}.json").unlink(missing_ok=True)
     status = _run(
         [
@@ -557,6 +559,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--skip-symbolize", action="store_true", help="no symbolization benchmark")
     ap.add_argument("--skip-guest", action="store_true", help="no guest benchmarks")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    ap.add_argument(
+        "--only",
+        metavar="NAMES",
+        help="guest benchmarks to (re)run, comma-separated: throughput,attach,pertest,"
+        "graph_overhead (the others' JSON in --results is kept)",
+    )
     ap.add_argument("--report-only", action="store_true", help="re-render from --results")
     ap.add_argument("--output", type=Path, default=RESULTS_MD, help="markdown file to write")
     return ap.parse_args(argv)
