@@ -67,6 +67,9 @@ class Location:
         src = self.source
         return f"{self.name} ({src})" if src else self.name
 
+    def __repr__(self) -> str:  # compact: failure messages print many of these
+        return f"<Location {self}>"
+
 
 @dataclass(frozen=True)
 class Branch:
@@ -80,6 +83,9 @@ class Branch:
 
     def __str__(self) -> str:
         return f"{self.src} -> {self.dst}"
+
+    def __repr__(self) -> str:
+        return f"<Branch {self.kind}: {self}>"
 
 
 @dataclass

@@ -109,3 +109,9 @@ def test_str_trace_has_a_header_per_hit() -> None:
     text = str(t)
     assert "hits=1 lost=0" in text.splitlines()[0]
     assert "Hit at kfunc:ksys_write:" in text and "retval=1" in text
+
+
+def test_reprs_are_compact_for_failure_messages() -> None:
+    b = call("vfs_write", "write_null")
+    assert repr(b) == "<Branch call: vfs_write+0x10 -> write_null+0x0>"
+    assert repr(b.dst) == "<Location write_null+0x0>"
