@@ -137,3 +137,21 @@ def test_doctor_output_has_the_line_shapes_docs_cli_md_shows() -> None:
     sample = DOCS.read_text().split("<!-- doctor-sample -->")[1].split("```")[1].splitlines()[1:]
     assert re.fullmatch(r"pytest-lbr doctor: kernel \S+ \S+", sample[0])
     assert all(shape.fullmatch(line) for line in sample[1:] if line), sample
+
+
+@pytest.mark.parametrize(
+    "doc, marker", [("cli.md", "<!-- diff-sample -->"), ("bisect.md", "<!-- bisect-diff -->")]
+)
+def test_documented_golden_diff_is_what_the_command_prints(doc: str, marker: str) -> None:
+    """The docs quote `pytest-lbr diff` on the committed cpu_stamp golden files verbatim."""
+    block = (DOCS.parent / doc).read_text().split(marker)[1].split("```")[1].strip("\n")
+    command, *expected = block.splitlines()
+    argv = command.removeprefix("$ pytest-lbr ").split()
+    repo = DOCS.parent.parent
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest_lbr.cli", *argv], capture_output=True, text=True, cwd=repo
+    )
+    assert res.returncode == 1, res.stderr
+    assert res.stdout.splitlines() == expected
+    # The founding example: the 6.1 trace calls the helper, the 6.12 one does not.
+    assert "-cpu_stamp -> bpf_get_smp_processor_id" in expected
