@@ -1,0 +1,132 @@
+"""Golden files without pytest around them: normalisation, format, paths, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr import golden as g
+from pytest_lbr.model import Branch, Hit, Location, Trace
+
+
+def loc(sym: str, off: int = 0) -> Location:
+    return Location(0xFFFFFFFFC0000000 + off, sym, off, file="kernel/x.c", line=off)
+
+
+def call(a: str, b: str, off: int = 0) -> Branch:
+    return Branch(loc(a, off), loc(b), "call")
+
+
+def ret(a: str, b: str, off: int = 0) -> Branch:
+    return Branch(loc(a, 0), loc(b, off), "ret")
+
+
+def trace(*branches: Branch, target: str = "kfunc:vfs_write") -> Trace:
+    return Trace(
+        [target], "graph", [Hit(target, branches=list(branches))], kernel_release="6.1.0-56-amd64"
+    )
+
+
+def test_interrupt_subtree_is_dropped_with_everything_it_called() -> None:
+    t = trace(
+        call("vfs_write", "write_null"),
+        call("write_null", "__sysvec_apic_timer_interrupt"),
+        call("__sysvec_apic_timer_interrupt", "update_wall_time"),  # not itself in the list
+        ret("update_wall_time", "__sysvec_apic_timer_interrupt"),
+        ret("__sysvec_apic_timer_interrupt", "write_null"),
+        call("write_null", "do_something"),
+        ret("do_something", "write_null"),
+        ret("write_null", "vfs_write"),
+    )
+    assert g.normalize(t) == [
+        "hit kfunc:vfs_write",
+        "vfs_write -> write_null",
+        "write_null -> do_something",
+    ]
+    kept = g.normalize(t, norm=g.Normalization(keep=("__sysvec_*",)))
+    assert "__sysvec_apic_timer_interrupt -> update_wall_time" in kept
+
+
+def test_without_returns_only_the_excluded_edges_go() -> None:
+    # LBR with a call-only filter: no returns, so no subtree to skip.
+    t = trace(call("a", "rcu_note_context_switch"), call("a", "b"), call("b", "c"))
+    assert g.normalize(t) == ["hit kfunc:vfs_write", "a -> b", "b -> c"]
+
+
+def test_repeats_fold_but_can_be_kept() -> None:
+    t = trace(*[call("loop", x) for x in ("a", "b", "a", "b", "a", "b", "c", "c", "c")])
+    assert g.normalize(t) == ["hit kfunc:vfs_write", "loop -> a", "loop -> b", "loop -> c"]
+    assert len(g.normalize(t, norm=g.Normalization(collapse=False))) == 10
+
+
+def test_program_ids_are_not_written() -> None:
+    assert g.normalize(trace(call("a", "b"), target="prog:123"))[0] == "hit prog:<id>"
+    assert g.normalize(trace(call("a", "b"), target="prog:name:xdp"))[0] == "hit prog:name:xdp"
+
+
+def test_levels() -> None:
+    t = trace(call("a", "b", 0x12), ret("b", "a", 0x17))
+    assert g.normalize(t, "symbol")[1:] == ["call a+0x12 -> b+0x0", "ret b+0x0 -> a+0x17"]
+    assert g.normalize(t, "line")[1:] == [
+        "call a (kernel/x.c:18) -> b (kernel/x.c:0)",
+        "ret b (kernel/x.c:0) -> a (kernel/x.c:23)",
+    ]
+    with pytest.raises(ValueError, match="unknown golden level 'insn'"):
+        g.normalize(t, "insn")
+
+
+def test_serialize_parse_round_trip() -> None:
+    t = trace(call("a", "b"))
+    lines = g.normalize(t)
+    parsed = g.parse(g.serialize(t, lines, "function"))
+    assert parsed.lines == lines
+    assert parsed.header == {
+        "format": "1",
+        "kernel": "6.1.0-56-amd64",
+        "arch": "x86_64",
+        "backend": "graph",
+        "level": "function",
+    }
+
+
+def test_header_without_fields_is_refused() -> None:
+    with pytest.raises(g.GoldenError, match="x.lbr: header lacks kernel, arch"):
+        g.parse(
+            "# pytest-lbr golden trace\n# format: 1\n# backend: graph\n# level: function\n", "x.lbr"
+        )
+
+
+def test_comparison_reports_first_divergence() -> None:
+    cmp = g.Comparison(["hit t", "a -> b"], ["hit t", "a -> b", "a -> c"], Path("t.lbr"))
+    assert not cmp.matches
+    assert cmp.first_divergence() == "first divergence at edge 3: unexpected 'a -> c'"
+    assert "+a -> c" in cmp.diff()
+
+
+def test_series_and_paths(tmp_path: Path) -> None:
+    assert g.kernel_series("6.12.117+deb12-amd64") == "6.12"
+    assert g.kernel_series("6.1.0-56-amd64") == "6.1"
+    module = tmp_path / "tests" / "test_net.py"
+    read, default = g.golden_path(module, "test_x[a/b]", "6.12.1")
+    assert read == default == tmp_path / "tests/__lbr_golden__/test_net/test_x[a_b].lbr"
+    variant = default.with_name("test_x[a_b]@6.12.lbr")
+    g.write_atomic(variant, "x")
+    assert g.golden_path(module, "test_x[a/b]", "6.12.1")[0] == variant
+    assert g.golden_path(module, "test_x[a/b]", "6.1.0")[0] == default
+
+
+def test_write_atomic_is_never_world_writable(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        path = tmp_path / "a" / "b" / "t.lbr"
+        g.write_atomic(path, "one\n")
+        g.write_atomic(path, "two\n")
+    finally:
+        os.umask(old)
+    assert path.read_text() == "two\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    assert [p.name for p in path.parent.iterdir()] == ["t.lbr"]  # no temporary left behind
