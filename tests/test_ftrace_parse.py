@@ -1,12 +1,14 @@
 """Parsing and call reconstruction of real function-tracer text (tests/data).
 
 The data files are cut from traces the graph backend captured in the 6.1 and
-6.12 guests (header kept): a BPF_PROG_TEST_RUN of an XDP program calling
-helpers, and a write(2) to /dev/null with the kretprobe event of vfs_write.
+6.12 guests (header kept): BPF_PROG_TEST_RUNs of an XDP program calling
+helpers and a subprogram (one run; two runs), and a write(2) to /dev/null with
+the kretprobe event of vfs_write.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import subprocess
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 from pytest_lbr.capture import ftrace
 from pytest_lbr.capture.ftrace import EventRecord, FunctionRecord, parse_trace, reconstruct
 from pytest_lbr.capture.graph import build_hits, probe_graph
-from pytest_lbr.model import Trace
+from pytest_lbr.model import Branch, Hit, Trace
 from pytest_lbr.targets import parse_target
 
 DATA = Path(__file__).parent / "data"
@@ -27,12 +29,15 @@ def _records(name: str) -> list[FunctionRecord | EventRecord]:
     return parse_trace((DATA / name).read_text())
 
 
-def _prog_prefix(records: list[FunctionRecord | EventRecord]) -> str:
-    """The kallsyms prefix bpf_prog_<tag>_ of the program seen in the data."""
-    for r in records:
-        if isinstance(r, FunctionRecord) and r.parent and ftrace.BPF_SYMBOL_RE.match(r.parent):
-            return "_".join(r.parent.split("_")[:3]) + "_"
-    raise AssertionError("no BPF program in the data")
+def _prog_ksyms(records: list[FunctionRecord | EventRecord]) -> set[str]:
+    """The kallsyms names of the program (and its subprograms) seen in the data."""
+    names = {
+        r.parent
+        for r in records
+        if isinstance(r, FunctionRecord) and r.parent and ftrace.BPF_SYMBOL_RE.match(r.parent)
+    }
+    assert names, "no BPF program in the data"
+    return names
 
 
 def test_parse_function_and_event_lines() -> None:
@@ -63,26 +68,77 @@ def test_reconstruct_balances_calls_and_returns(name: str) -> None:
             assert s.stack[-2].func == s.record.parent
 
 
+def _program_trace(name: str) -> Trace:
+    records = _records(name)
+    ksyms = _prog_ksyms(records)
+    target = parse_target("prog:name:xdp_helpers")
+    return Trace(hits=build_hits([target], [lambda f, a: f in ksyms], {}, {}, records))
+
+
+def _assert_program_scope(hit: Hit) -> None:
+    """Every call is made by the program or nested under one of its calls, and
+    every return matches the innermost open call (nothing of the machinery)."""
+    open_calls: list[Branch] = []
+    called: set[str] = set()
+    for b in hit.branches:
+        src, dst = b.src.symbol or "", b.dst.symbol or ""
+        if b.kind == "call":
+            if ftrace.BPF_SYMBOL_RE.match(src):
+                assert not open_calls, f"{b}: the program's previous call is still open"
+            elif not any(c.dst.symbol == src for c in open_calls):
+                # A caller ftrace never recorded (notrace or inlined, e.g.
+                # htab_lock_bucket) is nested under the program's open call.
+                assert open_calls and src not in called, f"{b}: caller not in scope"
+            called.add(dst)
+            open_calls.append(b)
+        else:
+            assert b.kind == "ret" and open_calls, b
+            call = open_calls.pop()
+            assert (src, dst) == (call.dst.symbol, call.src.symbol), f"{b} does not return {call}"
+    assert not open_calls
+
+
 @pytest.mark.parametrize("name", XDP_RUNS)
 def test_bpf_program_run_is_one_hit(name: str) -> None:
-    records = _records(name)
-    prefix = _prog_prefix(records)
-    target = parse_target("prog:name:xdp_helpers")
-    hits = build_hits([target], [lambda f: f.startswith(prefix)], {}, {}, records)
-    trace = Trace(hits=hits)
-    assert len(hits) == 1, str(trace)
-    assert trace.called("bpf_csum_diff", by=prefix + "*")
-    assert trace.called("bpf_xdp_adjust_head", by=prefix + "*")
-    assert trace.called("__htab_map_lookup_elem", by=prefix + "*")
+    trace = _program_trace(name)
+    assert len(trace.hits) == 1, str(trace)
+    assert trace.called("bpf_csum_diff", by="bpf_prog_*_xdp_helpers")
+    assert trace.called("bpf_xdp_adjust_head", by="bpf_prog_*_xdp_helpers")
+    assert trace.called("__htab_map_lookup_elem", by="bpf_prog_*_xdp_helpers")
     assert trace.called("csum_partial", by="bpf_csum_diff")
-    assert not trace.called("bpf_test_run*") and not trace.called("kfree")
+    # Nothing of BPF_PROG_TEST_RUN around the program.
+    for machinery in ("bpf_test_*", "bpf_cgroup_storage_*", "kfree", "bpf_ctx_*", "migrate_*"):
+        assert not any(
+            fnmatch.fnmatchcase(b.src.symbol or "", machinery)
+            or fnmatch.fnmatchcase(b.dst.symbol or "", machinery)
+            for b in trace.hits[0].branches
+        ), (machinery, str(trace))
+    _assert_program_scope(trace.hits[0])
+    # The last thing the program did was bpf_xdp_adjust_head, and it returned.
+    last = trace.hits[0].branches[-1]
+    assert (last.kind, last.src.symbol) == ("ret", "bpf_xdp_adjust_head"), str(trace)
+
+
+def test_two_test_runs_are_two_hits() -> None:
+    # Two BPF_PROG_TEST_RUN calls of xdp_helpers (6.12 guest, softirq records kept).
+    trace = _program_trace("ftrace-6.12-xdp_two_runs.txt")
+    assert len(trace.hits) == 2, str(trace)
+    for hit in trace.hits:
+        _assert_program_scope(hit)
+        assert Trace(hits=[hit]).called("bpf_csum_diff", by="bpf_prog_*_xdp_helpers")
+        assert (hit.branches[-1].kind, hit.branches[-1].src.symbol) == (
+            "ret",
+            "bpf_xdp_adjust_head",
+        )
+    # The subprogram note_cpu (its own tag and symbol) is part of the program.
+    assert trace.called("array_map_update_elem", by="bpf_prog_*_note_cpu")
 
 
 def test_kfunc_hit_with_retval_and_tracer_frames_trimmed() -> None:
     records = _records("ftrace-6.12-vfs_write.txt")
     target = parse_target("kfunc:vfs_write")
     hits = build_hits(
-        [target], [lambda f: f == "vfs_write"], {0: "e0"}, {"e0": "vfs_write"}, records
+        [target], [lambda f, a: f == "vfs_write"], {0: "e0"}, {"e0": "vfs_write"}, records
     )
     trace = Trace(hits=hits)
     assert len(hits) == 1
@@ -105,7 +161,7 @@ def test_tracepoint_event_names() -> None:
     (rec,) = parse_trace(line)
     assert isinstance(rec, EventRecord)
     target = parse_target("tp:syscalls/sys_enter_getppid")
-    hits = build_hits([target], [lambda f: False], {0: "sys_enter_getppid"}, {}, [rec])
+    hits = build_hits([target], [lambda f, a: False], {0: "sys_enter_getppid"}, {}, [rec])
     assert len(hits) == 1 and hits[0].tid == 244
 
 

@@ -179,15 +179,22 @@ class Instance:
 
 
 def _remove_instance(path: Path, events: Iterable[str]) -> None:
+    # Undo in the reverse order of setting up, one kernel change at a time, so
+    # rmdir only frees memory: left to rmdir, the pid filter's sched_switch probe
+    # was unregistered together with the tracer teardown, and the 6.12 TCG guest
+    # died in that (int3 Oops in __schedule under instance_rmdir ->
+    # clear_ftrace_pids -> static call update).
     for event in events:
         try:
             _write(path / "events" / event / "enable", "0")
         except TracefsError:
             pass
-    try:
-        _write(path / "current_tracer", "nop")
-    except TracefsError:
-        pass
+    for name in ("current_tracer", "set_ftrace_pid", "set_event_pid"):
+        try:
+            # An empty write with O_TRUNC resets a pid list; "nop" ends the tracer.
+            _write(path / name, "nop" if name == "current_tracer" else "")
+        except TracefsError:
+            pass
     try:
         os.rmdir(path)
     except FileNotFoundError:

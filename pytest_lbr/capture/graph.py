@@ -18,6 +18,7 @@ uprobe/uretprobe targets are not supported on this backend yet.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from pytest_lbr.capture import Capability, CaptureError
 from pytest_lbr.capture.ftrace import (
     EventRecord,
+    Frame,
     FunctionRecord,
     Instance,
     Step,
@@ -89,12 +91,23 @@ def probe_graph() -> Capability:
             return Capability(
                 "graph", False, f"the ftrace function tracer is not available (tracers: {tracers})"
             )
+        # One function is enough to learn whether the tracer is allowed; all of
+        # them would patch every call site in the kernel twice for nothing.
+        inst.write("set_ftrace_filter", _probe_function(root))
         inst.write("current_tracer", "function")
     except OSError as exc:
         return Capability("graph", False, f"the ftrace function tracer is refused: {exc}")
     finally:
         inst.close()
     return Capability("graph", True)
+
+
+def _probe_function(root: Path) -> str:
+    with open(root / "available_filter_functions") as f:
+        first = f.readline().split()
+    if not first:
+        raise TracefsError(errno.ENOENT, "available_filter_functions is empty")
+    return first[0]
 
 
 def _clock_ns() -> int:
@@ -108,7 +121,7 @@ class GraphCapture:
     def __init__(self, targets: list[Target]) -> None:
         self.targets = targets
         self._instance: Instance | None = None
-        self._matchers: list[Callable[[str], bool]] = []
+        self._matchers: list[Callable[[str, int], bool]] = []
         self._returns: dict[str, str] = {}  # kretprobe event name -> function
         self._events: dict[int, str] = {}  # target index -> event name
         self._window = (0, 0)
@@ -177,7 +190,9 @@ class GraphCapture:
         self._tids = {int(t) for t in os.listdir("/proc/self/task")}
         tids = " ".join(str(t) for t in sorted(self._tids))
         inst.write("set_ftrace_pid", tids)
-        inst.write("set_event_pid", tids)
+        # No set_event_pid: the few events we enable are cut by tid when read, and
+        # each pid list hooks the scheduler's tracepoints (code patching in
+        # __schedule, which the 6.12 TCG guest has died in at removal).
         available = None
         for i, t in enumerate(self.targets):
             if t.kind == "kfunc":
@@ -198,9 +213,7 @@ class GraphCapture:
                 from pytest_lbr.capture.progs import resolve_program
 
                 with resolve_program(t) as ref:
-                    # The tag, not the name: kallsyms may show a longer name than prog_info.
-                    prefix = f"bpf_prog_{ref.tag}_"
-                    self._matchers.append(_prefix_matcher(prefix))
+                    self._matchers.append(_program_matcher(ref.ksyms, _jited_ranges(ref.fd)))
                 self._notes.append(
                     f"{t.spec}: BPF program return values are not recorded by the graph backend"
                 )
@@ -210,19 +223,51 @@ class GraphCapture:
                     inst.enable_event(t.tracepoint)
                 except TracefsError as exc:
                     raise CaptureError(f"{t.spec}: {exc}") from None
-                self._matchers.append(_prefix_matcher("\0"))  # events, not frames
+                self._matchers.append(lambda name, addr: False)  # events, not frames
                 self._events[i] = t.tracepoint.split("/")[1]
             else:
                 raise CaptureError(f"{t.spec}: not supported on the graph backend")
         inst.write("current_tracer", "function")
 
 
-def _glob_matcher(pattern: str) -> Callable[[str], bool]:
-    return lambda name: fnmatch.fnmatchcase(name, pattern)
+def _glob_matcher(pattern: str) -> Callable[[str, int], bool]:
+    return lambda name, addr: fnmatch.fnmatchcase(name, pattern)
 
 
-def _prefix_matcher(prefix: str) -> Callable[[str], bool]:
-    return lambda name: name.startswith(prefix)
+def _program_matcher(
+    ksyms: Iterable[str], ranges: list[tuple[int, int]]
+) -> Callable[[str, int], bool]:
+    """Whether a code location (symbol, address) is inside the program.
+
+    The program's kallsyms names (main program and subprograms: a subprogram has
+    its own tag) or, when ftrace printed no name, its JITed address ranges.
+    """
+    names = frozenset(ksyms)
+    return lambda name, addr: name in names or any(lo <= addr < hi for lo, hi in ranges)
+
+
+def _jited_ranges(fd: int) -> list[tuple[int, int]]:
+    """[start, end) of each JITed function of the program (empty if not JITed)."""
+    from ctypes import c_uint32, c_uint64
+
+    from pytest_lbr.libbpf import BpfError, prog_info
+
+    try:
+        info, _ = prog_info(fd)
+        n = min(info.nr_jited_ksyms, info.nr_jited_func_lens)
+        if not n:
+            return []
+        _, bufs = prog_info(
+            fd,
+            jited_ksyms=("nr_jited_ksyms", n, c_uint64),
+            jited_func_lens=("nr_jited_func_lens", n, c_uint32),
+        )
+    except BpfError:
+        return []  # the names still identify the program
+    return [
+        (start, start + length)
+        for start, length in zip(bufs["jited_ksyms"][:n], bufs["jited_func_lens"][:n], strict=True)
+    ]
 
 
 def _traceable(root: Path) -> set[str]:
@@ -235,14 +280,15 @@ def _traceable(root: Path) -> set[str]:
 
 def build_hits(
     targets: list[Target],
-    matchers: list[Callable[[str], bool]],
+    matchers: list[Callable[[str, int], bool]],
     events: dict[int, str],
     returns: dict[str, str],
     records: Iterable[FunctionRecord | EventRecord],
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
-    `matchers[i]` says whether a frame's function is target i (kfunc, prog);
+    `matchers[i]` says whether a code location (symbol, address) is target i:
+    a kfunc's function, or anywhere inside a BPF program;
     `events[i]` names target i's event (a tracepoint, or the kretprobe carrying
     a kfunc's return value); `returns` maps a kretprobe event to its function.
     """
@@ -257,6 +303,8 @@ def build_hits(
         for i, target in enumerate(targets):
             if target.kind == "tp":
                 hits.extend(_event_hits(target, events[i], tid, steps))
+            elif target.kind == "prog":
+                hits.extend(_program_runs(target, matchers[i], tid, recs))
             else:
                 hits.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
     hits.sort(key=lambda h: h.timestamp_ns)
@@ -264,7 +312,11 @@ def build_hits(
 
 
 def _frame_hits(
-    target: Target, match: Callable[[str], bool], ret_event: str | None, tid: int, steps: list[Step]
+    target: Target,
+    match: Callable[[str, int], bool],
+    ret_event: str | None,
+    tid: int,
+    steps: list[Step],
 ) -> list[Hit]:
     """One hit per outermost frame of a matching function, with everything under it."""
     hits: list[Hit] = []
@@ -273,8 +325,8 @@ def _frame_hits(
     for step in steps:
         if hit is None:
             frame = step.frame
-            if step.kind == "call" and frame is not None and match(frame.func):
-                if any(match(f.func) for f in step.stack[:-1]):
+            if step.kind == "call" and frame is not None and match(frame.func, frame.addr):
+                if any(match(f.func, f.addr) for f in step.stack[:-1]):
                     continue
                 rec = step.record
                 hit = Hit(target.spec, pid=os.getpid(), tid=tid)
@@ -288,7 +340,7 @@ def _frame_hits(
             if (
                 isinstance(rec, EventRecord)
                 and rec.name == ret_event
-                and not any(match(f.func) for f in step.stack[depth:])
+                and not any(match(f.func, f.addr) for f in step.stack[depth:])
             ):
                 hit.retval = _retval(rec.body)
             continue
@@ -299,6 +351,82 @@ def _frame_hits(
     if hit is not None:
         hits.append(hit)
     return hits
+
+
+def _program_runs(
+    target: Target,
+    in_program: Callable[[str, int], bool],
+    tid: int,
+    records: list[FunctionRecord | EventRecord],
+) -> list[Hit]:
+    """One hit per run of a BPF program: the calls it made and what they called.
+
+    A JITed program has no ftrace entry, so a run shows only as records whose
+    parent (the call site) is inside the program or one of its subprograms.
+    Two stacks are kept: `outer` for the thread's own calls outside any run (the
+    BPF_PROG_TEST_RUN machinery, the syscall), `inner` for the calls of the
+    current run and everything nested under them. A record whose parent is the
+    program returns from everything `inner` holds, then is a call of the run
+    (starting one if none is open). A record whose parent is on `outer` and not
+    on `inner` is the machinery again: the run is over (this is what separates
+    the runs of one BPF_PROG_TEST_RUN with repeat > 1, and two test runs).
+    """
+    hits: list[Hit] = []
+    hit: Hit | None = None
+    outer: list[str] = []
+    inner: list[Frame] = []
+
+    def pop_to(depth: int) -> None:
+        assert hit is not None
+        while len(inner) > depth:
+            _append(hit, Step("ret", inner[-1], list(inner)))
+            inner.pop()
+
+    def close() -> None:
+        nonlocal hit
+        assert hit is not None
+        pop_to(0)
+        hits.append(hit)
+        hit = None
+
+    for rec in records:
+        if not isinstance(rec, FunctionRecord):
+            continue
+        parent = rec.parent or ""
+        if in_program(parent, rec.parent_addr):
+            if hit is None:
+                hit = Hit(target.spec, cpu=rec.cpu, pid=os.getpid(), tid=tid)
+                hit.timestamp_ns = rec.ts_ns
+            # The program called again: its previous call has returned.
+            pop_to(0)
+        elif hit is not None:
+            depth = _depth(inner, parent)
+            if depth is not None:
+                pop_to(depth + 1)
+            elif parent in outer:
+                close()
+            else:
+                # A parent never recorded (notrace, inlined copy): nest under the top.
+                inner.append(Frame(parent, rec.parent_addr - rec.parent_off))
+        if hit is None:
+            if parent in outer:
+                del outer[outer.index(parent) + 1 :]
+            elif parent:
+                outer.append(parent)
+            outer.append(rec.func)
+            continue
+        inner.append(Frame(rec.func, rec.func_addr, rec))
+        _append(hit, Step("call", inner[-1], list(inner)))
+    if hit is not None:
+        close()
+    return hits
+
+
+def _depth(stack: list[Frame], func: str) -> int | None:
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i].func == func:
+            return i
+    return None
 
 
 def _event_hits(target: Target, event: str, tid: int, steps: list[Step]) -> list[Hit]:
