@@ -355,10 +355,12 @@ def _vmlinux(explicit: str | None) -> Callable[[], DoctorCheck]:
         if path is not None:
             return DoctorCheck("debug vmlinux", True, status)
         release = os.uname().release
+        if running not in status:
+            status = f"{status} (running build-id {running})"
         return DoctorCheck(
             "debug vmlinux",
             False,
-            f"{status} (running build-id {running})",
+            status,
             f"install the kernel's debug image (Debian: apt install linux-image-{release}-dbg) "
             "or pass --lbr-vmlinux=PATH; traces then get file:line",
         )
