@@ -559,7 +559,10 @@ def test_ci_qemu_bisect_dry_run(tmp_path: Path) -> None:
     assert lines[0] == f"git -C {tmp_path} bisect start v6.12 v6.11"
     assert lines[1].startswith(f"git -C {tmp_path} bisect run {script} --step")
     assert any(
-        line.startswith(f"(step) vng --build --kconfig") or "vng --build" in line for line in lines
+        line.startswith(f"(step) cd {tmp_path} && ")
+        and "vng --build" in line
+        and "--configitem CONFIG_FUNCTION_GRAPH_TRACER=y" in line
+        for line in lines
     )
     assert any(
         f"ci/qemu/run --kernel {tmp_path}/arch/x86/boot/bzImage -- --lbr --lbr-require "
