@@ -7,9 +7,14 @@ are nested into calls and returns, then cut per target:
 * ``kfunc:NAME``/``GLOB``: one hit per outermost invocation, with everything
   under it; a single function also gets its return value from a kretprobe
   event in the same instance;
-* a BPF program: one hit per run (the program's JIT image has no ftrace
-  entry, so a run shows as the calls whose parent is inside the program);
-  `retval` is None on this backend;
+* a BPF program: one hit per run. The JIT image has no ftrace entry, so a
+  run shows as the calls whose parent (call site) is inside the program or
+  one of its subprograms (their kallsyms names, or the JITed address ranges),
+  everything nested under those calls, and their returns; a call made by the
+  program returns from the program's previous call first. Nothing of the
+  BPF_PROG_TEST_RUN machinery is included: a record whose parent is the
+  machinery again (e.g. bpf_test_run between two runs of a repeat) ends the
+  run. `retval` is None on this backend;
 * ``tp:CAT/NAME``: one hit per event, with the thread's calls since its
   previous hit (or arming).
 
