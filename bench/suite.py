@@ -254,10 +254,19 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD) -> str:
     if small and "bpftrace" in small:
         r_k, r_p = small.get("ratio_vs_kfunc"), small.get("ratio_vs_kprobe")
         worst = max((r for r in (r_k, r_p) if r is not None), default=None)
+        measured = f"{fmt_ratio(r_k, 3)} of kfunc:, {fmt_ratio(r_p, 3)} of kprobe:"
+        if r_k is None or r_p is None:
+            bt = small["bpftrace"]
+            why = "; ".join(f"{k}: {e}" for k, e in bt.get("errors", {}).items())
+            measured += (
+                f" (pytest-lbr arm+disarm {fmt_stat(small['ours']['total'])} s; bpftrace "
+                f"kprobe: net {fmt_stat(bt.get('kprobe_net'))} s, no-probe run "
+                f"{fmt_stat(bt.get('baseline'))} s; {why or 'a net time of 0 has no ratio'})"
+            )
         add(
             f"arm kfunc:tcp_* ({small['ours']['functions']} functions)",
             f"<= {TARGET_ATTACH}x bpftrace (kfunc: and kprobe:)",
-            f"{fmt_ratio(r_k, 3)} of kfunc:, {fmt_ratio(r_p, 3)} of kprobe:",
+            measured,
             verdict(worst, TARGET_ATTACH),
             "attach",
         )
@@ -373,8 +382,8 @@ def _attach_section(attach: dict[str, Any] | None) -> list[str]:
         "pytest-lbr: `LbrCapture.start()` on `kfunc:GLOB` (glob expansion from "
         "available_filter_functions, tracer load, one kprobe.multi link, per-CPU perf "
         "events; software events since TCG has no PMU), then `close()`. bpftrace: "
-        "`bpftrace -e 'kfunc:GLOB {}' -c true` (attach, run `true`, detach) minus "
-        "`bpftrace -e 'BEGIN {}' -c true` (its own start-up); the ratio uses arm+disarm.",
+        "`bpftrace -e 'kfunc:GLOB {}' -c /bin/true` (attach, run it, detach) minus "
+        "`bpftrace -e 'BEGIN {}' -c /bin/true` (its own start-up); the ratio uses arm+disarm.",
         "The ~2,000-function set is `acpi_*,pci_*` (two globs: two kprobe.multi links for "
         "pytest-lbr, two probes for bpftrace; subsystems idle in the guest), the count above "
         "is what this kernel lists as traceable. Of pytest-lbr's arm time, glob expansion "
