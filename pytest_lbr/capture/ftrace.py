@@ -180,10 +180,10 @@ class Instance:
 
 def _remove_instance(path: Path, events: Iterable[str]) -> None:
     # Undo in the reverse order of setting up, one kernel change at a time, so
-    # rmdir only frees memory: left to rmdir, the pid filter's sched_switch probe
-    # was unregistered together with the tracer teardown, and the 6.12 TCG guest
-    # died in that (int3 Oops in __schedule under instance_rmdir ->
-    # clear_ftrace_pids -> static call update).
+    # rmdir only frees memory and a failing step is attributable. (Under QEMU TCG
+    # with 2 vCPUs the 6.12 guest has died with an int3 Oops at a function's
+    # ftrace site, e.g. dequeue_entity+0x1, while the function tracer's ~45,000
+    # sites were being patched: this order does not prevent that.)
     for event in events:
         try:
             _write(path / "events" / event / "enable", "0")

@@ -196,8 +196,8 @@ class GraphCapture:
         tids = " ".join(str(t) for t in sorted(self._tids))
         inst.write("set_ftrace_pid", tids)
         # No set_event_pid: the few events we enable are cut by tid when read, and
-        # each pid list hooks the scheduler's tracepoints (code patching in
-        # __schedule, which the 6.12 TCG guest has died in at removal).
+        # a pid list hooks several scheduler tracepoints: more live code patching,
+        # which is what has crashed the 6.12 TCG guest (see ftrace._remove_instance).
         available = None
         for i, t in enumerate(self.targets):
             if t.kind == "kfunc":
