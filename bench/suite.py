@@ -201,7 +201,7 @@ def _machine_line(m: dict[str, Any] | None, where: str) -> str:
         return f"- {where}: not run"
     accel = "QEMU TCG guest, 2 vCPUs" if m.get("guest") else "host"
     return (
-        f"- {where}: Linux {m['kernel']} ({m['machine']}), {accel}, {m['cpu']} "
+        f"- {where}, {m.get('date', '?')}: Linux {m['kernel']} ({m['machine']}), {accel}, {m['cpu']} "
         f"x{m['cpus']}, load average {m['load']} when measured"
     )
 
