@@ -199,7 +199,7 @@ def build_command(
     pytest_args: Sequence[str],
     *,
     memory: str = "2G",
-    cpus: int = 2,
+    cpus: int | None = None,
     kvm: bool | None = None,
     append: str = "",
     rw: Sequence[Path] = (),
@@ -211,6 +211,11 @@ def build_command(
         kvm, accel_why = kvm_usable(kernel)
     else:
         accel_why = "forced by option"
+    if cpus is None:
+        # Under TCG one vCPU: ftrace's code patching (int3 + static calls) raced with
+        # a second TCG vCPU and oopsed the 6.12 guest in __schedule ("Oops: int3" on
+        # tracefs instance removal), and patching 40k call sites is faster without IPIs.
+        cpus = 2 if kvm else 1
     qemu_opts: list[str] = []
     lbr_why = "TCG guest: no PMU, so no LBR"
     if kvm:
@@ -405,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--results", type=Path, help="results dir (default: results/<kernel image name>)"
     )
     run.add_argument("--memory", default="2G")
-    run.add_argument("--cpus", type=int, default=2)
+    run.add_argument("--cpus", type=int, help="vCPUs (default: 2 with KVM, 1 under TCG)")
     run.add_argument("--timeout", type=float, default=1500.0, help="whole-run limit, seconds")
     run.add_argument(
         "--boot-timeout", type=float, default=300.0, help="limit for the guest to start"
