@@ -2,12 +2,30 @@
 
 Public API: `Tracer` (the `lbr` fixture), the trace model (`Trace`, `Hit`,
 `Branch`, `Location`) and target parsing. The pytest glue is `pytest_lbr.plugin`.
+Names are imported on first use, so loading the plugin without --lbr stays cheap.
 """
 
-from pytest_lbr.model import Branch, Hit, InlineFrame, Location, Trace
-from pytest_lbr.targets import Target, TargetError
-from pytest_lbr.tracer import Tracer, TracingUnavailable
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_lbr.model import Branch, Hit, InlineFrame, Location, Trace
+    from pytest_lbr.targets import Target, TargetError
+    from pytest_lbr.tracer import Tracer, TracingUnavailable
+
+_WHERE = {
+    "Branch": "model",
+    "Hit": "model",
+    "InlineFrame": "model",
+    "Location": "model",
+    "Trace": "model",
+    "Target": "targets",
+    "TargetError": "targets",
+    "Tracer": "tracer",
+    "TracingUnavailable": "tracer",
+}
 __all__ = [
     "Branch",
     "Hit",
@@ -20,3 +38,9 @@ __all__ = [
     "TracingUnavailable",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'pytest_lbr' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"pytest_lbr.{_WHERE[name]}"), name)
