@@ -100,6 +100,8 @@ class LbrSession:
         self._check_choice("--lbr-backend / lbr_backend", self.backend, BACKEND_CHOICES)
         if self.filter is not None:
             self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
+        if self.enabled and self.vmlinux:
+            self._check_vmlinux(str(self.vmlinux))
         #: Golden files written in this process, and (controller) by the xdist workers.
         self.written: list[str] = []
         #: Tests that needed tracing, split by whether they could get it.
@@ -125,6 +127,17 @@ class LbrSession:
             raise pytest.UsageError(
                 f"{what}: unknown value {value!r}; choose from {', '.join(choices)}"
             )
+
+    @staticmethod
+    def _check_vmlinux(path: str) -> None:
+        # A wrong, truncated or non-ELF --lbr-vmlinux is a usage error of one line, not
+        # a silent loss of file:line later (pyelftools is imported only when it is given).
+        from pytest_lbr.symbols.vmlinux import VmlinuxError, check_matches_running
+
+        try:
+            check_matches_running(path)
+        except VmlinuxError as exc:
+            raise pytest.UsageError(f"--lbr-vmlinux / lbr_vmlinux: {exc}") from None
 
     # -- the lbr fixture and the marker ---------------------------------------------
 

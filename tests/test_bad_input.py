@@ -1,0 +1,362 @@
+"""Bad input and untrusted files, on the host: each answered with one clear line.
+
+The rows of docs/errors.md that need no tracing kernel. Missing pieces of the
+machine (root, BTF, tracefs, libbpf, the built LBR tracer) are made real, not
+mocked: the inner pytest runs as user 65534, or in a private mount namespace
+where a tmpfs or /dev/null hides the piece (`unshare -m`, root only).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.tracer import Tracer
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+
+USES_LBR = """
+def test_traced(lbr):
+    raise AssertionError("must not run: tracing is unavailable")
+"""
+
+
+def assert_clean(output: str) -> None:
+    """No Python traceback and no pytest internal error anywhere in the output."""
+    assert "Traceback" not in output, output
+    assert "INTERNALERROR" not in output, output
+
+
+def the_line(output: str, *parts: str) -> str:
+    """The first output line holding all of `parts` (a message must not spill over lines)."""
+    lines = [line for line in output.splitlines() if all(p in line for p in parts)]
+    assert lines, f"{parts!r} not on one line of:\n{output}"
+    return lines[0]
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory user 65534 can use (pytest's tmp_path is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="lbr-bad-input-", dir="/tmp"))
+    path.chmod(0o777)
+    (path / "test_inner.py").write_text(USES_LBR)
+    (path / "test_inner.py").chmod(0o644)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def inner_pytest(
+    cwd: Path, *args: str, user: int | None = None, hide: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run pytest in `cwd`, as `user`, with the paths in `hide` hidden (mount namespace).
+
+    A directory is hidden under an empty tmpfs; a file under /dev/null (a
+    zero-length file: what a broken or absent install leaves).
+    """
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args]
+    if hide:
+        mounts = " && ".join(
+            f"mount -t tmpfs none {p}" if os.path.isdir(p) else f"mount --bind /dev/null {p}"
+            for p in hide
+        )
+        cmd = ["unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh", *cmd]
+    env = {**os.environ, "HOME": str(cwd), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        cmd, cwd=cwd, env=env, user=user, capture_output=True, text=True, timeout=300
+    )
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (to drop to user 65534 or to unshare a mount namespace)")
+
+
+def needs_unshare() -> None:
+    needs_root()
+    probe = subprocess.run(
+        ["unshare", "-m", "mount", "-t", "tmpfs", "none", "/mnt"], capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a private mount namespace here: {probe.stderr.strip()}")
+
+
+# -- the machine lacks something ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "reason"),
+    [
+        ("graph", "the graph backend needs root (ftrace); run as root"),
+        ("lbr", "not root and missing CAP_BPF+CAP_PERFMON"),
+    ],
+)
+def test_not_root_skips_with_the_reason_or_errors_with_require(
+    shared_dir: Path, backend: str, reason: str
+) -> None:
+    needs_root()
+    skip = inner_pytest(shared_dir, "--lbr", f"--lbr-backend={backend}", user=NOBODY)
+    out = skip.stdout + skip.stderr
+    assert skip.returncode == 125, out
+    the_line(out, "SKIPPED", reason)
+    assert_clean(out)
+    required = inner_pytest(
+        shared_dir, "--lbr", f"--lbr-backend={backend}", "--lbr-require", user=NOBODY
+    )
+    out = required.stdout + required.stderr
+    assert required.returncode == 125, out
+    assert "1 error" in out
+    the_line(out, "tracing required (--lbr-require) but unavailable: ", reason)
+    assert_clean(out)
+
+
+@pytest.mark.parametrize(
+    ("backend", "hide", "reason"),
+    [
+        (
+            "lbr",
+            ("/sys/kernel",),
+            "no kernel BTF at /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF)",
+        ),
+        (
+            "graph",
+            ("/sys/kernel",),
+            "tracefs is not mounted and cannot be mounted at /sys/kernel/tracing",
+        ),
+        ("lbr", (str(ROOT / "bpf" / "build"),), "LBR tracer not built: "),
+        ("lbr", ("LIBBPF",), "cannot load libbpf (libbpf.so.1): "),
+    ],
+    ids=["no-btf", "no-tracefs", "tracer-not-built", "no-libbpf"],
+)
+def test_missing_piece_is_one_line(
+    shared_dir: Path, backend: str, hide: tuple[str, ...], reason: str
+) -> None:
+    needs_unshare()
+    if hide == ("LIBBPF",):
+        lib = (
+            shutil.which("ldconfig")
+            and subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        )
+        paths = [
+            ln.split("=>")[-1].strip() for ln in (lib or "").splitlines() if "libbpf.so.1 " in ln
+        ]
+        if not paths:
+            pytest.skip("libbpf.so.1 is not installed (nothing to hide)")
+        hide = (os.path.realpath(paths[0]),)
+    for required in (False, True):
+        args = ["--lbr", f"--lbr-backend={backend}", *(["--lbr-require"] if required else [])]
+        result = inner_pytest(shared_dir, *args, hide=hide)
+        out = result.stdout + result.stderr
+        assert result.returncode == 125, out
+        if required:
+            the_line(out, "tracing required (--lbr-require) but unavailable: ", reason)
+        else:
+            the_line(out, "SKIPPED", reason)
+        assert_clean(out)
+
+
+# -- options -------------------------------------------------------------------------
+
+
+def test_unknown_filter_on_the_command_line(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--lbr", "--lbr-filter=everything")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = the_line(result.stderr.str(), "--lbr-filter")
+    assert "invalid choice: 'everything'" in line and "ind_jump" in line
+    assert_clean(result.stdout.str() + result.stderr.str())
+    with pytest.raises(ValueError, match=r"^unknown LBR filter 'everything'; expected one of any,"):
+        Tracer(filter="everything")
+
+
+@pytest.fixture(scope="module")
+def small_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real ELF with a GNU build-id that is not the running kernel's."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to build a small ELF")
+    folder = tmp_path_factory.mktemp("elf")
+    (folder / "a.c").write_text("int main(void) { return 0; }\n")
+    subprocess.run(
+        [cc, "-g", "-Wl,--build-id", "-o", str(folder / "a.out"), str(folder / "a.c")], check=True
+    )
+    return folder / "a.out"
+
+
+@pytest.mark.parametrize("case", ["wrong-build-id", "truncated", "not-elf", "missing"])
+def test_bad_vmlinux_is_a_usage_error(
+    pytester: pytest.Pytester, small_elf: Path, case: str
+) -> None:
+    if not os.access("/sys/kernel/notes", os.R_OK):
+        pytest.skip("/sys/kernel/notes is unreadable: the running kernel's build-id is unknown")
+    path = pytester.path / case
+    data = small_elf.read_bytes()
+    if case == "wrong-build-id":
+        path.write_bytes(data)
+        want = "does not match the running kernel's build-id"
+    elif case == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+        # Half an ELF: pyelftools finds its section headers past the end of the file.
+        want = "past EOF"
+    elif case == "not-elf":
+        path.write_text("this is not an ELF file\n")
+        want = "not a usable ELF file"
+    else:
+        want = "cannot open: No such file or directory"
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest("--lbr", f"--lbr-vmlinux={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = the_line(result.stderr.str(), "--lbr-vmlinux / lbr_vmlinux: ")
+    assert str(path) in line and want in line, line
+    assert_clean(result.stdout.str() + result.stderr.str())
+
+
+# -- untrusted files: golden traces and reports -----------------------------------------
+
+TRACE_HELPER = """
+from pytest_lbr.model import Branch, Hit, Location, Trace
+
+def make_trace():
+    loc = lambda s: Location(addr=0xffffffff81000000, symbol=s, offset=0)
+    hit = Hit(target="kfunc:vfs_write", cpu=0, pid=1, tid=1,
+              branches=[Branch(loc("vfs_write"), loc("write_null"), "call")])
+    return Trace(targets=["kfunc:vfs_write"], backend="graph", hits=[hit],
+                 kernel_release="6.12.117+deb12-amd64")
+"""
+
+CRAFTED = textwrap.dedent("""\
+    # pytest-lbr golden trace
+    # format: 1
+    # kernel: 6.12.117+deb12-amd64
+    # arch: x86_64
+    # backend: graph
+    # level: function
+    # !!python/object/apply:os.system: ["touch {canary}"]
+    hit __import__('os').system('touch {canary}')
+    vfs_write -> !!python/object/apply:os.system ["touch {canary}"]
+    {{{{ exec(open('{canary}','w').write('x')) }}}} -> write_null
+    """)
+
+
+def test_crafted_golden_file_is_data_only(pytester: pytest.Pytester) -> None:
+    canary = pytester.path / "canary"
+    pytester.makepyfile(tracehelper=TRACE_HELPER)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_suite="from tracehelper import make_trace\n\n"
+        "def test_write(lbr_golden):\n    lbr_golden(make_trace())\n"
+    )
+    golden = pytester.path / "__lbr_golden__" / "test_suite" / "test_write.lbr"
+    golden.parent.mkdir(parents=True)
+    golden.write_text(CRAFTED.format(canary=canary))
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    # Compared as text: the crafted lines show up verbatim in the diff, nothing ran.
+    assert not canary.exists()
+    assert "golden trace mismatch: __lbr_golden__/test_suite/test_write.lbr" in out
+    assert f'-vfs_write -> !!python/object/apply:os.system ["touch {canary}"]' in out
+    assert_clean(out)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["# level: ../../../etc/passwd", "# format: __import__('os')", "# backend"],
+)
+def test_crafted_golden_header_is_refused_in_one_line(
+    pytester: pytest.Pytester, header: str
+) -> None:
+    pytester.makepyfile(tracehelper=TRACE_HELPER)
+    pytester.syspathinsert()
+    pytester.makepyfile(
+        test_suite="from tracehelper import make_trace\n\n"
+        "def test_write(lbr_golden):\n    lbr_golden(make_trace())\n"
+    )
+    golden = pytester.path / "__lbr_golden__" / "test_suite" / "test_write.lbr"
+    golden.parent.mkdir(parents=True)
+    lines = CRAFTED.format(canary="x").splitlines()[:6]
+    key = header.split(":")[0]
+    lines = [ln for ln in lines if not ln.startswith(key + ":")] + [header]
+    golden.write_text("\n".join(lines) + "\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    line = the_line(out, "unusable golden trace: __lbr_golden__/test_suite/test_write.lbr")
+    assert line.endswith(
+        (
+            "unknown level '../../../etc/passwd'",
+            "re-create it with --lbr-golden-update",
+            "malformed header line '# backend'",
+        )
+    ), line
+    assert_clean(out)
+
+
+ESCAPING = textwrap.dedent("""
+    import pytest
+    from tracehelper import make_trace
+
+    @pytest.mark.parametrize("where", ["../../../outside", "a/b", "..", "/etc/passwd"])
+    def test_escape(lbr_golden, where):
+        lbr_golden(make_trace(), name=where)
+
+    def test_link(lbr_golden):
+        lbr_golden(make_trace())
+    """)
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def test_golden_and_report_writes_stay_in_their_directories(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pytester.makepyfile(tracehelper=TRACE_HELPER)
+    pytester.syspathinsert()
+    pytester.makepyfile(test_suite=ESCAPING)
+    # A golden file that is a symlink to a file elsewhere: the update replaces the
+    # link, the file it pointed to is untouched.
+    outside = tmp_path / "outside.lbr"
+    outside.write_text("not yours\n")
+    folder = pytester.path / "__lbr_golden__" / "test_suite"
+    folder.mkdir(parents=True)
+    (folder / "test_link.lbr").symlink_to(outside)
+    before = _files(pytester.path)
+    old = os.umask(0)  # the written files must not inherit a permissive umask
+    try:
+        result = pytester.runpytest(
+            "-p", "no:cacheprovider", "--lbr-golden-update", f"--lbr-report={pytester.path / 'rep'}"
+        )
+    finally:
+        os.umask(old)
+    result.assert_outcomes(passed=5)
+    assert_clean(result.stdout.str())
+    assert outside.read_text() == "not yours\n"
+    new = _files(pytester.path) - before
+    assert new, "nothing written"
+    outside_dirs = [p for p in new if not p.startswith(("__lbr_golden__/test_suite/", "rep/"))]
+    assert not outside_dirs, outside_dirs
+    assert not (pytester.path.parent / "outside.lbr").exists()
+    written = [p for p in new if p.startswith("__lbr_golden__/")]
+    assert len(written) == 4  # + test_link.lbr, which existed (as a link) before
+    assert not (folder / "test_link.lbr").is_symlink()
+    for p in [*written, "__lbr_golden__/test_suite/test_link.lbr"]:
+        if p.startswith("__lbr_golden__/"):
+            path = pytester.path / p
+            assert not path.is_symlink()
+            assert stat.S_IMODE(path.stat().st_mode) == 0o644, p
+    # ... and they check back as matches.
+    pytester.runpytest().assert_outcomes(passed=5)
