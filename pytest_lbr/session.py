@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -217,7 +217,16 @@ class LbrSession:
             pytest.fail(
                 f"@pytest.mark.lbr: unknown keyword(s) {', '.join(sorted(unknown))}", pytrace=False
             )
-        with tracer.trace(*marker.args) as trace:
+        from pytest_lbr.capture import CaptureError
+        from pytest_lbr.targets import TargetError
+
+        with ExitStack() as stack:
+            try:
+                trace = stack.enter_context(tracer.trace(*marker.args))
+            except (TargetError, CaptureError) as exc:
+                # A bad target or a refused attach is the user's one line, not a
+                # traceback through the plugin's hook wrappers.
+                pytest.fail(f"@pytest.mark.lbr: {exc}", pytrace=False)
             yield
         if marker.kwargs.get("golden"):
             self.check_golden(item, trace, level=marker.kwargs.get("level", "function"))

@@ -1,0 +1,328 @@
+"""Faults and bad input in a tracing guest: the kernel is left as it was found.
+
+A pytest run (the "child", a subprocess) arms a graph-backend trace through the
+`lbr` fixture and LBR hooks (`LbrCapture` on software perf events, as in
+test_lifecycle.py) and is then killed, timed out or crashes. The kernel's BPF
+programs and links, every process's perf event fds and the tracefs state are
+compared before and after. What a dead process cannot undo itself (a tracefs
+instance and its probes) must be removed by the NEXT session; BPF objects die
+with the process's fds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.capture.ftrace import INSTANCE_PREFIX, find_tracefs
+
+pytestmark = pytest.mark.kernel
+pytest_plugins = ["pytester"]
+
+#: tracefs files a trace changes (see test_lifecycle.py for why each one).
+_TRACEFS_FILES = (
+    "kprobe_events",
+    "uprobe_events",
+    "dynamic_events",
+    "current_tracer",
+    "set_ftrace_filter",
+    "set_ftrace_pid",
+    "enabled_functions",
+)
+
+
+def _ids(kind: str) -> set[int]:
+    out = subprocess.run(
+        ["bpftool", "-j", kind, "show"], capture_output=True, text=True, check=True
+    ).stdout
+    return {entry["id"] for entry in json.loads(out or "[]")}
+
+
+def _perf_fds() -> int:
+    """perf event fds held by any process (a dead child's must be gone)."""
+    n = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                n += os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]"
+        except OSError:  # the process or fd went away meanwhile
+            pass
+    return n
+
+
+def _instances() -> list[str]:
+    root = find_tracefs()
+    assert root is not None
+    return sorted(os.listdir(root / "instances"))
+
+
+def state() -> dict[str, object]:
+    root = find_tracefs()
+    assert root is not None
+    out: dict[str, object] = {
+        "progs": _ids("prog"),
+        "links": _ids("link"),
+        "perf_fds": _perf_fds(),
+        "instances": _instances(),
+    }
+    for name in _TRACEFS_FILES:
+        path = root / name
+        out[name] = path.read_text() if path.exists() else None
+    return out
+
+
+def settle(
+    before: dict[str, object], keys: tuple[str, ...] = (), timeout: float = 30.0
+) -> dict[str, object]:
+    """The state once the kernel has released a dead process's objects (deferred work),
+    compared on `keys` only when given."""
+
+    def pick(d: dict[str, object]) -> dict[str, object]:
+        return {k: d[k] for k in keys} if keys else d
+
+    deadline = time.monotonic() + timeout
+    now = state()
+    while pick(now) != pick(before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = state()
+    return pick(now)
+
+
+CHILD = textwrap.dedent("""
+    import os, signal, time
+    from pathlib import Path
+
+    import pytest
+
+    from pytest_lbr.capture import perf
+    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.targets import parse_target
+
+    ACTION = os.environ["LBR_FAULT_ACTION"]
+    READY = Path(os.environ["LBR_FAULT_READY"])
+
+
+    def software_events(filter):
+        # The LBR attr on a software clock: real perf fds where the guest has no PMU.
+        fds = []
+        for cpu in perf.online_cpus():
+            attr = perf.branch_attr(filter)
+            attr.type, attr.config, attr.sample_type = perf.PERF_TYPE_SOFTWARE, 0, 0
+            fds.append(perf.perf_event_open(attr, -1, cpu))
+        return perf.BranchEvents(fds)
+
+
+    def test_traced(lbr):
+        hooks = LbrCapture(
+            [parse_target("kfunc:vfs_write"), parse_target("tp:syscalls/sys_enter_getppid")],
+            check=False,
+            open_events=software_events,
+        )
+        try:
+            hooks.start()
+            with lbr.trace("kfunc:write_null"):
+                READY.write_text(str(os.getpid()))
+                if ACTION == "exit":
+                    os._exit(3)  # a worker that dies on the spot
+                if ACTION == "timeout":
+                    # Fire pytest-timeout's own SIGALRM handler now rather than after
+                    # the --timeout that had to cover arming under TCG.
+                    signal.setitimer(signal.ITIMER_REAL, 1.0)
+                time.sleep(600)
+        finally:
+            hooks.close()
+
+
+    def test_plain():
+        pass
+    """)
+
+PROBE = """
+def test_probe(lbr):
+    assert lbr.available, lbr.reason
+"""
+
+
+def run_child(
+    folder: Path, action: str, *args: str, wait: Callable[[subprocess.Popen[str], Path], None]
+) -> tuple[int, str]:
+    """Start the child pytest, let `wait` act on it once it is traced; (status, output)."""
+    (folder / "test_child.py").write_text(CHILD)
+    ready = folder / "ready"
+    ready.unlink(missing_ok=True)
+    env = {**os.environ, "LBR_FAULT_ACTION": action, "LBR_FAULT_READY": str(ready)}
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--lbr",
+         "--lbr-backend=graph", *args, "test_child.py"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        wait(proc, ready)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out
+
+
+def wait_ready(proc: subprocess.Popen[str], ready: Path, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert proc.poll() is None, f"child ended before arming: {proc.communicate()[0]}"
+        assert time.monotonic() < deadline, "child never armed its trace"
+        time.sleep(0.2)
+
+
+def next_session(folder: Path) -> str:
+    """A new `pytest --lbr` session: its backend probe removes what dead ones left."""
+    (folder / "test_probe.py").write_text(PROBE)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--lbr",
+         "--lbr-backend=graph", "test_probe.py"],
+        cwd=folder, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def stale(before: dict[str, object]) -> list[str]:
+    return [
+        i for i in _instances() if i not in before["instances"] and i.startswith(INSTANCE_PREFIX)
+    ]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_mid_trace_next_session_cleans_up(tmp_path: Path, sig: signal.Signals) -> None:
+    before = state()
+
+    def kill(proc: subprocess.Popen[str], ready: Path) -> None:
+        wait_ready(proc, ready)
+        proc.send_signal(sig)
+
+    status, out = run_child(tmp_path, "sleep", wait=kill)
+    assert status == -sig, out
+    # Python dies on SIGTERM without unwinding (pytest installs no handler), like SIGKILL:
+    # the instance and its kretprobe are left; the BPF hooks and perf fds died with it.
+    left = stale(before)
+    assert left, "the killed run left no tracefs instance: nothing to test"
+    assert all(re.match(rf"{INSTANCE_PREFIX}-\d+-\d+$", i) for i in left)
+    bpf = ("progs", "links", "perf_fds")
+    assert settle(before, bpf) == {k: before[k] for k in bpf}
+    next_session(tmp_path)
+    assert settle(before) == before
+
+
+def test_pytest_timeout_inside_a_trace_releases_everything(tmp_path: Path) -> None:
+    pytest.importorskip("pytest_timeout")
+    before = state()
+    status, out = run_child(
+        tmp_path, "timeout", "--timeout=600", "--timeout-method=signal", wait=wait_ready
+    )
+    assert status == 1, out
+    assert "Timeout" in out and "1 failed, 1 passed" in out, out
+    # The timeout unwinds the test: the trace and the hooks close themselves, no next
+    # session needed.
+    assert settle(before) == before
+
+
+def test_crashed_xdist_worker_next_session_cleans_up(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    before = state()
+    status, out = run_child(tmp_path, "exit", "-n", "2", wait=lambda proc, ready: None)
+    assert status == 1, out
+    assert re.search(r"worker '?gw\d'? crashed", out) or "node down" in out, out
+    assert stale(before), "the crashed worker left no tracefs instance: nothing to test"
+    next_session(tmp_path)
+    assert settle(before) == before
+
+
+# -- bad input with a tracing kernel: one line each, nothing left armed ---------------
+
+BAD_TARGETS = {
+    "kprobe:vfs_write": "bad target 'kprobe:vfs_write': unknown kind 'kprobe'",
+    "prog:4000000": "no BPF program with id 4000000 is loaded",
+    "prog:name:no_such_prog_xyz": "no loaded BPF program has this name",
+    "kfunc:no_such_function_xyz": "no traceable kernel function matches 'no_such_function_xyz'",
+    "kfunc:zz_nothing_matches_*": "no traceable kernel function matches 'zz_nothing_matches_*'",
+    "tp:no_such/event": "no trace event 'no_such/event'",
+    "uprobe:/no/such/binary:main": "uprobe targets are not supported on the graph backend",
+}
+
+
+def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(pytester: pytest.Pytester) -> None:
+    before = state()
+    # One marked test per target (a marker takes literal targets).
+    body = "import pytest\n" + "".join(
+        f"\n@pytest.mark.lbr({t!r})\ndef test_{i}():\n    pass\n" for i, t in enumerate(BAD_TARGETS)
+    )
+    pytester.makepyfile(test_bad=body)
+    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", "-p", "no:cacheprovider")
+    out = result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(failed=len(BAD_TARGETS))
+    for message in BAD_TARGETS.values():
+        lines = [ln for ln in out.splitlines() if message in ln and "@pytest.mark.lbr: " in ln]
+        assert lines, f"{message!r} not in:\n{out}"
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    assert settle(before) == before
+
+
+def test_uprobe_on_missing_binary_or_symbol_with_lbr_hooks(tmp_path: Path) -> None:
+    from pytest_lbr.capture import CaptureError
+    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.libbpf import BpfError
+    from pytest_lbr.targets import parse_target
+
+    before = state()
+    with pytest.raises(CaptureError) as missing:
+        with HookSet([parse_target("uprobe:/no/such/binary:main")]):
+            pass
+    assert str(missing.value) == "uprobe:/no/such/binary:main: no such file /no/such/binary"
+    with pytest.raises((CaptureError, BpfError)) as nosym:
+        with HookSet([parse_target("uprobe:/bin/true:no_such_symbol_xyz")]):
+            pass
+    text = str(nosym.value)
+    assert "uprobe:/bin/true:no_such_symbol_xyz" in text and "\n" not in text, text
+    assert settle(before) == before
+
+
+def test_program_type_that_cannot_be_traced_with_lbr_hooks() -> None:
+    """fentry/fexit cannot attach to a tracing (fentry/fexit) program: one line naming it."""
+    from pytest_lbr.capture import CaptureError
+    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.libbpf import BpfError
+    from pytest_lbr.targets import parse_target
+
+    before = state()
+    with HookSet([parse_target("kfunc:vfs_write")]):
+        out = subprocess.run(
+            ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
+        ).stdout
+        tracing = [
+            p["id"]
+            for p in json.loads(out)
+            if p["id"] not in before["progs"] and p.get("type") == "tracing"  # type: ignore[operator]
+        ]
+        assert tracing, "the fexit hook on vfs_write is not a tracing program?"
+        spec = f"prog:{tracing[0]}"
+        with pytest.raises((CaptureError, BpfError)) as info:
+            with HookSet([parse_target(spec)]):
+                pass
+    text = str(info.value)
+    assert spec in text and "\n" not in text, text
+    assert settle(before) == before
