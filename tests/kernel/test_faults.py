@@ -299,30 +299,3 @@ def test_uprobe_on_missing_binary_or_symbol_with_lbr_hooks(tmp_path: Path) -> No
     text = str(nosym.value)
     assert "uprobe:/bin/true:no_such_symbol_xyz" in text and "\n" not in text, text
     assert settle(before) == before
-
-
-def test_program_type_that_cannot_be_traced_with_lbr_hooks() -> None:
-    """fentry/fexit cannot attach to a tracing (fentry/fexit) program: one line naming it."""
-    from pytest_lbr.capture import CaptureError
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.libbpf import BpfError
-    from pytest_lbr.targets import parse_target
-
-    before = state()
-    with HookSet([parse_target("kfunc:vfs_write")]):
-        out = subprocess.run(
-            ["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True
-        ).stdout
-        tracing = [
-            p["id"]
-            for p in json.loads(out)
-            if p["id"] not in before["progs"] and p.get("type") == "tracing"  # type: ignore[operator]
-        ]
-        assert tracing, "the fexit hook on vfs_write is not a tracing program?"
-        spec = f"prog:{tracing[0]}"
-        with pytest.raises((CaptureError, BpfError)) as info:
-            with HookSet([parse_target(spec)]):
-                pass
-    text = str(info.value)
-    assert spec in text and "\n" not in text, text
-    assert settle(before) == before
