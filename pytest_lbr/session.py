@@ -221,12 +221,15 @@ class LbrSession:
         from pytest_lbr.targets import TargetError
 
         with ExitStack() as stack:
+            problem = None
             try:
                 trace = stack.enter_context(tracer.trace(*marker.args))
             except (TargetError, CaptureError) as exc:
-                # A bad target or a refused attach is the user's one line, not a
-                # traceback through the plugin's hook wrappers.
-                pytest.fail(f"@pytest.mark.lbr: {exc}", pytrace=False)
+                problem = str(exc)
+            if problem is not None:
+                # A bad target or a refused attach is the user's one line: not a
+                # traceback through the plugin's hook wrappers (nor a chained one).
+                pytest.fail(f"@pytest.mark.lbr: {problem}", pytrace=False)
             yield
         if marker.kwargs.get("golden"):
             self.check_golden(item, trace, level=marker.kwargs.get("level", "function"))

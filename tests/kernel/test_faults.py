@@ -254,12 +254,15 @@ def test_crashed_xdist_worker_next_session_cleans_up(tmp_path: Path) -> None:
 
 # -- bad input with a tracing kernel: one line each, nothing left armed ---------------
 
+#: target -> a regex of the line it must fail with
 BAD_TARGETS = {
     "kprobe:vfs_write": "bad target 'kprobe:vfs_write': unknown kind 'kprobe'",
     "prog:4000000": "no BPF program with id 4000000 is loaded",
-    "prog:name:no_such_prog_xyz": "no loaded BPF program has this name",
+    # (a guest may have no program loaded at all: then it says so)
+    "prog:name:no_such_prog_xyz": "prog:name:no_such_prog_xyz: no (loaded BPF program has "
+    "this name|BPF program is loaded at all)",
     "kfunc:no_such_function_xyz": "no traceable kernel function matches 'no_such_function_xyz'",
-    "kfunc:zz_nothing_matches_*": "no traceable kernel function matches 'zz_nothing_matches_*'",
+    "kfunc:zz_nothing_matches_*": r"no traceable kernel function matches 'zz_nothing_matches_\*'",
     "tp:no_such/event": "no trace event 'no_such/event'",
     "uprobe:/no/such/binary:main": "uprobe targets are not supported on the graph backend",
 }
@@ -276,9 +279,10 @@ def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(pytester: pytest.Pyt
     out = result.stdout.str() + result.stderr.str()
     result.assert_outcomes(failed=len(BAD_TARGETS))
     for message in BAD_TARGETS.values():
-        lines = [ln for ln in out.splitlines() if message in ln and "@pytest.mark.lbr: " in ln]
+        lines = [ln for ln in out.splitlines() if re.search(f"@pytest.mark.lbr: .*{message}", ln)]
         assert lines, f"{message!r} not in:\n{out}"
-    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    for noise in ("Traceback", "INTERNALERROR", "During handling", "session.py", "tracer.py"):
+        assert noise not in out, out
     assert settle(before) == before
 
 
@@ -290,11 +294,11 @@ def test_uprobe_on_missing_binary_or_symbol_with_lbr_hooks(tmp_path: Path) -> No
 
     before = state()
     with pytest.raises(CaptureError) as missing:
-        with HookSet([parse_target("uprobe:/no/such/binary:main")]):
+        with HookSet([parse_target("uprobe:/no/such/binary:main")], snapshot=False):
             pass
     assert str(missing.value) == "uprobe:/no/such/binary:main: no such file /no/such/binary"
     with pytest.raises((CaptureError, BpfError)) as nosym:
-        with HookSet([parse_target("uprobe:/bin/true:no_such_symbol_xyz")]):
+        with HookSet([parse_target("uprobe:/bin/true:no_such_symbol_xyz")], snapshot=False):
             pass
     text = str(nosym.value)
     assert "uprobe:/bin/true:no_such_symbol_xyz" in text and "\n" not in text, text
