@@ -102,6 +102,9 @@ class LbrSession:
             self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
         if self.enabled and self.vmlinux:
             self._check_vmlinux(str(self.vmlinux))
+            from pytest_lbr.symbols import use_vmlinux
+
+            use_vmlinux(str(self.vmlinux))
         #: Golden files written in this process, and (controller) by the xdist workers.
         self.written: list[str] = []
         #: Tests that needed tracing, split by whether they could get it.

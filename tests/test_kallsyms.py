@@ -52,3 +52,15 @@ def test_live_kallsyms_locates_kernel_functions() -> None:
     loc = get_symbolizer().locate(addr + 5)
     assert (loc.symbol, loc.offset, loc.module) == ("vfs_write", 5, None)
     assert str(loc).startswith("vfs_write+0x5")
+
+
+def test_use_vmlinux_sets_the_default_symbolizer_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pytest_lbr.symbols import get_symbolizer, use_vmlinux
+
+    path = str(tmp_path / "vmlinux-x")
+    use_vmlinux(path)
+    try:
+        assert get_symbolizer() is get_symbolizer(path)
+    finally:
+        use_vmlinux(None)
+    assert get_symbolizer() is get_symbolizer(None)

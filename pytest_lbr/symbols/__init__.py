@@ -17,7 +17,7 @@ from .dwarf import Frame
 from .kallsyms import KernelSymbols, Symbol
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 
-__all__ = ["Symbolizer", "frames_to_location", "get_symbolizer"]
+__all__ = ["Symbolizer", "frames_to_location", "get_symbolizer", "use_vmlinux"]
 
 
 def frames_to_location(
@@ -142,8 +142,23 @@ _symbolizers: dict[str | None, Symbolizer] = {}
 _symbolizers_lock = threading.Lock()
 
 
+_default_vmlinux: str | None = None
+
+
+def use_vmlinux(path: str | None) -> None:
+    """Make `path` the debug vmlinux of `get_symbolizer()` calls that name none
+    (the pytest plugin's --lbr-vmlinux); None goes back to auto-discovery."""
+    global _default_vmlinux
+    _default_vmlinux = path
+
+
 def get_symbolizer(vmlinux: str | None = None) -> Symbolizer:
-    """The process-wide Symbolizer (one per explicit vmlinux path), created on first use."""
+    """The process-wide Symbolizer (one per explicit vmlinux path), created on first use.
+
+    Without a path: the one set by `use_vmlinux`, else auto-discovery.
+    """
+    if vmlinux is None:
+        vmlinux = _default_vmlinux
     with _symbolizers_lock:
         sym = _symbolizers.get(vmlinux)
         if sym is None:
