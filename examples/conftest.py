@@ -7,7 +7,7 @@ failure (PYTEST_LBR_STRICT). The BPF objects are built by `make -C examples`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,22 +33,3 @@ def built(request: pytest.FixtureRequest) -> Callable[[str], Path]:
         return obj
 
     return path
-
-
-@pytest.fixture(autouse=True)
-def _forget_unloaded_bpf_programs() -> Generator[None, None, None]:
-    """Workaround, to go once pytest_lbr.symbols fixes it: drop the line tables of the
-    programs this test unloaded.
-
-    The process-wide Symbolizer keeps every BPF program it has read and looks an
-    address up there first, so once a test's programs are closed, the next test's
-    program, JITed at the same address, was named after the old one (the xdp_filter
-    trace said `tc_classifier -> bpf_csum_diff`). Forgetting them, and the "already
-    re-read" marks, makes the next lookup read the programs loaded now.
-    """
-    yield
-    from pytest_lbr.symbols import get_symbolizer
-
-    sym = get_symbolizer()
-    sym.bpf.refresh()  # the bpf fixture closed this test's objects before this runs
-    sym._checked.clear()

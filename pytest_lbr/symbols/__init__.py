@@ -81,6 +81,11 @@ class Symbolizer:
         out: dict[int, Location] = {}
         core: list[int] = []
         refreshed = False
+        if self._bpf_read and any(not self.kallsyms.in_core(a) for a in addrs):
+            # BPF programs come and go, and a new one may be JITed where an unloaded
+            # one was: re-read the (few) live programs once per batch, so a stale
+            # table never names the new program after the old one.
+            self._refresh_bpf()
         for addr in sorted(addrs):
             loc = self._locate_bpf(addr) if self._bpf_read else None
             if loc is None:
