@@ -195,3 +195,25 @@ def test_cleanup_removes_dead_process_instances() -> None:
         if stale.exists():
             os.rmdir(stale)
     assert not mine.path.exists()
+
+
+def test_a_misnested_record_cannot_split_one_call_into_two_hits() -> None:
+    """Call-only records can pop the target's frame early (a record naming the
+    caller while the function still runs); the kretprobe event marks the real
+    return, so one call stays one hit (tcp_v4_connect was seen split in 2-3)."""
+    lines = (DATA / "ftrace-6.12-vfs_write.txt").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "write_null+0x4" in line)
+    stray = lines[at].replace("78.097807", "78.097800").split(": write_null")[0] + (
+        ": __fdget_pos+0x4/0x50 <ffffffff92c00004> <-ksys_write+0x30/0xf0 <ffffffff92c58200>"
+    )
+    records = parse_trace("\n".join([*lines[:at], stray, *lines[at:]]))
+    hits = build_hits(
+        [parse_target("kfunc:vfs_write")],
+        [lambda f, a: f == "vfs_write"],
+        {0: "e0"},
+        {"e0": "vfs_write"},
+        records,
+    )
+    assert len(hits) == 1, [h.functions() for h in hits]
+    assert hits[0].retval == 1
+    assert Trace(hits=hits).called("write_null")

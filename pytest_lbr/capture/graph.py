@@ -324,6 +324,8 @@ def _frame_hits(
     steps: list[Step],
 ) -> list[Hit]:
     """One hit per outermost frame of a matching function, with everything under it."""
+    if ret_event is not None:
+        return _hits_until_return(target, match, ret_event, tid, steps)
     hits: list[Hit] = []
     hit: Hit | None = None
     depth = 0
@@ -353,6 +355,63 @@ def _frame_hits(
         if step.kind == "ret" and len(step.stack) == depth:
             hits.append(hit)
             hit = None
+    if hit is not None:
+        hits.append(hit)
+    return hits
+
+
+def _hits_until_return(
+    target: Target,
+    match: Callable[[str, int], bool],
+    ret_event: str,
+    tid: int,
+    steps: list[Step],
+) -> list[Hit]:
+    """With a kretprobe on the function, a hit runs from its call to its return event.
+
+    Every record of the thread in between is the function's own work, however the
+    call-only records nest: a frame popped early because some caller was never
+    recorded must not cut one call into several hits (seen with tcp_v4_connect).
+    The returns that follow the event still belong to the hit.
+    """
+    hits: list[Hit] = []
+    hit: Hit | None = None
+    open_calls = 0
+    returning = False
+    for step in steps:
+        frame = step.frame
+        recorded_call = (
+            step.kind == "call"
+            and frame is not None
+            and step.record is not None
+            and match(frame.func, frame.addr)
+        )
+        if hit is None:
+            if returning and step.kind == "ret" and hits:
+                _append(hits[-1], step)
+                continue
+            returning = False
+            if recorded_call:
+                rec = step.record
+                assert rec is not None
+                hit = Hit(
+                    target.spec, pid=os.getpid(), tid=tid, cpu=rec.cpu, timestamp_ns=rec.ts_ns
+                )
+                open_calls = 1
+                _append(hit, step)
+            continue
+        if step.kind == "event":
+            rec = step.record
+            if isinstance(rec, EventRecord) and rec.name == ret_event:
+                open_calls -= 1
+                if open_calls == 0:
+                    hit.retval = _retval(rec.body)
+                    hits.append(hit)
+                    hit, returning = None, True
+            continue
+        if recorded_call:
+            open_calls += 1  # a real nested (recursive) call
+        _append(hit, step)
     if hit is not None:
         hits.append(hit)
     return hits
