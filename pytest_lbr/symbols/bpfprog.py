@@ -14,9 +14,8 @@ import ctypes
 import os
 from ctypes import Structure, c_uint32, c_uint64
 from dataclasses import dataclass
-from typing import Any
 
-from ..libbpf import BpfError, bpf_prog_info, check_int, lib, prog_info
+from ..libbpf import BpfError, lib, prog_info
 from ..model import Location
 
 __all__ = ["BpfPrograms", "ProgramLines", "read_program", "jited_image"]
@@ -104,7 +103,7 @@ def read_program(fd: int) -> ProgramLines:
         "line_info": ("nr_line_info", nl, _bpf_line_info),
         "jited_line_info": ("nr_jited_line_info", info.nr_jited_line_info, c_uint64),
     }
-    full, bufs = _prog_info_sized(fd, arrays)
+    full, bufs = prog_info(fd, **arrays)
     name = full.name.decode("utf-8", "replace")
     tag = bytes(full.tag).hex()
     btf = lib.btf__load_from_kernel_by_id(full.btf_id) if full.btf_id else None
@@ -134,28 +133,6 @@ def read_program(fd: int) -> ProgramLines:
         if btf:
             lib.btf__free(btf)
     return ProgramLines(full.id, name, tag, funcs, lines)
-
-
-def _prog_info_sized(
-    fd: int, arrays: dict[str, tuple[str, int, Any]]
-) -> tuple[bpf_prog_info, dict[str, Any]]:
-    """prog_info with the record sizes filled in, which the kernel reads for func/line info."""
-    full = bpf_prog_info()
-    size = c_uint32(ctypes.sizeof(full))
-    bufs: dict[str, Any] = {}
-    for field, (count_field, count, ctype) in arrays.items():
-        buf = (ctype * max(count, 1))()
-        bufs[field] = buf
-        setattr(full, field, ctypes.addressof(buf))
-        setattr(full, count_field, count)
-    full.func_info_rec_size = ctypes.sizeof(_bpf_func_info)
-    full.line_info_rec_size = ctypes.sizeof(_bpf_line_info)
-    full.jited_line_info_rec_size = 8
-    check_int(
-        lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(full), ctypes.byref(size)),
-        "bpf_obj_get_info_by_fd",
-    )
-    return full, bufs
 
 
 def _btf_str(btf: int, off: int) -> str | None:
