@@ -46,6 +46,10 @@ def test_probe_available() -> None:
     assert cap.available, cap.reason
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="known bug (issue #3 note): with one vCPU the 6.1 guest's graph trace splits one BPF program run into two hits and lets the test-run machinery into the second",
+)
 def test_bpf_program_helpers(xdp_helpers) -> None:
     before = _tracefs_state()
     with Tracer(backend="graph").trace(xdp_helpers) as trace:
