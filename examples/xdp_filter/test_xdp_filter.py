@@ -41,10 +41,6 @@ def test_vxlan_is_decapsulated(filt, lbr):
     lbr.check_golden(trace)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue #3 note): with one vCPU the 6.1 guest's graph trace splits one BPF program run into two hits and lets the test-run machinery into the second",
-)
 def test_denied_source_is_dropped_before_the_checksum(filt, lbr):
     prog = filt.programs["xdp_filter"]
     filt.maps["denylist"].update(socket.inet_aton(SRC), b"\x01")

@@ -14,6 +14,7 @@ from pytest_lbr.capture.graph import probe_graph
 from pytest_lbr.model import Trace
 from pytest_lbr.tracer import Tracer
 from tests.bpf.objects import bpf_object
+from tests.known_bugs import GRAPH_PROGRAM_SPLIT_61
 
 pytestmark = pytest.mark.kernel
 
@@ -46,10 +47,7 @@ def test_probe_available() -> None:
     assert cap.available, cap.reason
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue #3 note): with one vCPU the 6.1 guest's graph trace splits one BPF program run into two hits and lets the test-run machinery into the second",
-)
+@GRAPH_PROGRAM_SPLIT_61
 def test_bpf_program_helpers(xdp_helpers) -> None:
     before = _tracefs_state()
     with Tracer(backend="graph").trace(xdp_helpers) as trace:
@@ -82,6 +80,7 @@ def _assert_only_the_program(trace) -> None:
         assert hit.branches[0].kind == "call", str(trace)
 
 
+@GRAPH_PROGRAM_SPLIT_61
 @pytest.mark.parametrize(("runs", "repeat"), [(1, 1), (2, 1), (1, 3)])
 def test_one_hit_per_run(xdp_helpers, runs: int, repeat: int) -> None:
     with Tracer(backend="graph").trace(xdp_helpers) as trace:
