@@ -388,7 +388,10 @@ def write_atomic(path: Path, text: str) -> None:
     see half a file; mode 0644 whatever the umask, directories 0755."""
     for parent in reversed([path.parent, *path.parent.parents]):
         if not parent.exists():
-            parent.mkdir()
+            try:
+                parent.mkdir()
+            except FileExistsError:  # another xdist worker made it first
+                continue
             parent.chmod(0o755)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -130,3 +130,21 @@ def test_write_atomic_is_never_world_writable(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
     assert [p.name for p in path.parent.iterdir()] == ["t.lbr"]  # no temporary left behind
+
+
+def test_write_atomic_tolerates_a_directory_made_concurrently(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two xdist workers may create __lbr_golden__/<module>/ at the same moment."""
+    from pathlib import Path
+
+    from pytest_lbr.golden import write_atomic
+
+    target = tmp_path / "__lbr_golden__" / "test_mod" / "test_a.lbr"
+    real_mkdir = Path.mkdir
+
+    def racing_mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        real_mkdir(self)  # the other worker wins the race ...
+        real_mkdir(self)  # ... so ours finds it existing
+
+    monkeypatch.setattr(Path, "mkdir", racing_mkdir)
+    write_atomic(target, "x\n")
+    assert target.read_text() == "x\n"
