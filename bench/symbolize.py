@@ -20,11 +20,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import timed  # noqa: E402
 
 from pytest_lbr.symbols.vmlinux import (  # noqa: E402
     VmlinuxLines,
@@ -44,15 +46,6 @@ def _default_vmlinux() -> str:
 
 def _tool(*names: str) -> str | None:
     return next((p for n in names if (p := shutil.which(n))), None)
-
-
-def _timed(fn: Callable[[], object], runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def _external(cmd: list[str], addrs: list[int]) -> Callable[[], object]:
@@ -90,10 +83,10 @@ def main() -> None:
         if llvm:
             cmd = [llvm, f"--obj={vmlinux}", "--inlining"]
             name = f"{os.path.basename(llvm)} --inlining"
-            rows.append((name, n, _timed(_external(cmd, addrs), args.runs)))
+            rows.append((name, n, timed(_external(cmd, addrs), args.runs)))
         if a2l:
             cmd = [a2l, "-e", vmlinux, "-i", "-f"]
-            rows.append(("addr2line -i -f", n, _timed(_external(cmd, addrs), args.runs)))
+            rows.append(("addr2line -i -f", n, timed(_external(cmd, addrs), args.runs)))
 
     table = _table(rows, args.runs, vmlinux)
     print(table)
@@ -120,10 +113,10 @@ def _bench_ours(
         def py() -> object:
             return VmlinuxLines(vmlinux, use_llvm=False, cache=False).lookup(addrs)
 
-        rows.append(("pytest-lbr cold", n, _timed(cold, runs)))
-        rows.append(("pytest-lbr warm (disk cache)", n, _timed(warm, runs)))
+        rows.append(("pytest-lbr cold", n, timed(cold, runs)))
+        rows.append(("pytest-lbr warm (disk cache)", n, timed(warm, runs)))
         if n <= pyelftools_max:
-            rows.append(("pytest-lbr pyelftools only, cold", n, _timed(py, 1)))
+            rows.append(("pytest-lbr pyelftools only, cold", n, timed(py, 1)))
     return rows
 
 
