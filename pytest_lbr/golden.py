@@ -107,6 +107,39 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
     # RCU bookkeeping (the tracer's programs run under RCU)
     "rcu_*",
     "__rcu_*",
+    # the scheduler, entered at a preemption point (cond_resched, preempt_enable)
+    # when the time slice happens to run out: another task runs in between
+    "__schedule",
+    "schedule",
+    "preempt_schedule*",
+    "finish_task_switch*",
+    "__traceiter_sched_*",
+    # slab and page allocator slow paths: whether a free or an allocation takes
+    # them depends on what the allocator has cached, not on the code under test
+    "___slab_alloc",
+    "__slab_alloc*",
+    "__slab_free",
+    "put_cpu_partial",
+    "__put_partials",
+    "__unfreeze_partials",
+    "unfreeze_partials*",
+    "get_partial*",
+    "deactivate_slab",
+    "discard_slab",
+    "new_slab",
+    "allocate_slab",
+    "__free_slab",
+    "free_slab",
+    "refill_obj_stock",
+    "drain_obj_stock",
+    "__alloc_pages*",
+    "get_page_from_freelist",
+    "rmqueue*",
+    "__rmqueue*",
+    "free_unref_page*",
+    "free_pcppages_bulk",
+    "__free_pages*",
+    "__free_one_page",
     # tracer machinery: BPF trampolines, ftrace/fgraph, kprobes, perf, ring buffers
     "__bpf_prog_enter*",
     "__bpf_prog_exit*",
@@ -257,7 +290,9 @@ def _hit_edges(branches: Sequence[Branch], level: str, norm: Normalization) -> l
             elif b.kind == "ret":
                 skip_depth -= 1
             continue
-        if b.kind in _CALLS and norm.excluded(b.dst.symbol):
+        if b.kind in _CALLS and (norm.excluded(b.dst.symbol) or norm.excluded(b.src.symbol)):
+            # A call into an excluded function, or made by one that was entered
+            # unseen (notrace, like __schedule): the callee's subtree is noise too.
             skip_depth = 1 if balanced else 0
             continue
         if norm.excluded(b.src.symbol) or norm.excluded(b.dst.symbol):

@@ -18,7 +18,13 @@ are nested into calls and returns, then cut per target:
 * ``tp:CAT/NAME``: one hit per event, with the thread's calls since its
   previous hit (or arming).
 
-uprobe/uretprobe targets are not supported on this backend yet.
+* ``uprobe:PATH:SYMBOL`` / ``uretprobe:PATH:SYMBOL``: one hit per entry (or
+  return) of the user function, in any process running the binary, from uprobe
+  events in the same instance. An entry hit holds the user-level call edge
+  (caller -> function, the caller read from the return address on the stack);
+  a return hit holds the return edge and `retval`. The function tracer follows
+  only the test's own threads, so the kernel calls a traced child process makes
+  are not in these hits.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from pytest_lbr.capture.ftrace import (
     reconstruct,
 )
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import Target
 
 __all__ = ["TRACER_FUNCTIONS", "GraphCapture", "build_hits", "probe_graph"]
@@ -132,12 +139,8 @@ class GraphCapture:
         self._window = (0, 0)
         self._tids: set[int] = set()
         self._notes: list[str] = []
+        self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
         self.text = ""
-        for t in targets:
-            if t.kind in ("uprobe", "uretprobe"):
-                raise CaptureError(
-                    f"{t.spec}: {t.kind} targets are not supported on the graph backend yet"
-                )
 
     def start(self) -> None:
         """Configure a private instance, then arm it as the very last action."""
@@ -169,12 +172,17 @@ class GraphCapture:
         trace.notes = list(self._notes)
         if trace.lost:
             trace.notes.append(f"ftrace ring buffer overran: {trace.lost} records lost")
+        # uprobes fire in whichever process runs the binary, not only ours.
+        user_events = {self._events[i] for i in self._user}
         kept = [
             r
             for r in records
-            if r.tid in self._tids and self._window[0] < r.ts_ns < self._window[1]
+            if (r.tid in self._tids or (isinstance(r, EventRecord) and r.name in user_events))
+            and self._window[0] < r.ts_ns < self._window[1]
         ]
-        trace.hits = build_hits(self.targets, self._matchers, self._events, self._returns, kept)
+        trace.hits = build_hits(
+            self.targets, self._matchers, self._events, self._returns, kept, self._user
+        )
         _symbolize(trace.hits)
         return trace
 
@@ -230,9 +238,36 @@ class GraphCapture:
                     raise CaptureError(f"{t.spec}: {exc}") from None
                 self._matchers.append(lambda name, addr: False)  # events, not frames
                 self._events[i] = t.tracepoint.split("/")[1]
+            elif t.kind in ("uprobe", "uretprobe"):
+                self._matchers.append(lambda name, addr: False)  # events, not frames
+                self._events[i] = self._add_user_probe(inst, i, t)
             else:
                 raise CaptureError(f"{t.spec}: not supported on the graph backend")
         inst.write("current_tracer", "function")
+
+    def _add_user_probe(self, inst: Instance, index: int, t: Target) -> str:
+        """A uprobe (entry, with the return address) or uretprobe event on `t`."""
+        assert t.binary is not None and t.function is not None
+        if not os.path.exists(t.binary):
+            raise CaptureError(f"{t.spec}: no such file {t.binary}")
+        path = os.path.realpath(t.binary)
+        if any(c.isspace() for c in path):
+            raise CaptureError(f"{t.spec}: uprobe_events cannot take a path with spaces")
+        try:
+            elf = ElfFunctions(path)
+            offset = elf.file_offset(t.function)
+        except ElfError as exc:
+            raise CaptureError(f"{t.spec}: {exc}") from None
+        self._user[index] = elf
+        if t.kind == "uprobe":
+            definition = f"p {path}:{offset:#x} caller=+0(%sp):x64"
+        else:
+            fetch = elf.return_type(t.function) or "x64"
+            definition = f"r {path}:{offset:#x} ret=$retval:{fetch}"
+        try:
+            return inst.add_probe("uprobe", definition).split("/")[1]
+        except TracefsError as exc:
+            raise CaptureError(f"{t.spec}: {exc}") from None
 
 
 def _glob_matcher(pattern: str) -> Callable[[str, int], bool]:
@@ -289,13 +324,15 @@ def build_hits(
     events: dict[int, str],
     returns: dict[str, str],
     records: Iterable[FunctionRecord | EventRecord],
+    user: dict[int, ElfFunctions] | None = None,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
     `matchers[i]` says whether a code location (symbol, address) is target i:
     a kfunc's function, or anywhere inside a BPF program;
     `events[i]` names target i's event (a tracepoint, or the kretprobe carrying
-    a kfunc's return value); `returns` maps a kretprobe event to its function.
+    a kfunc's return value, a uprobe's event); `returns` maps a kretprobe event
+    to its function; `user[i]` holds the symbols of uprobe target i's binary.
     """
     by_tid: dict[int, list[FunctionRecord | EventRecord]] = {}
     for r in records:
@@ -308,6 +345,9 @@ def build_hits(
         for i, target in enumerate(targets):
             if target.kind == "tp":
                 hits.extend(_event_hits(target, events[i], tid, steps))
+            elif target.kind in ("uprobe", "uretprobe"):
+                assert user is not None
+                hits.extend(_user_hits(target, events[i], user[i], tid, recs))
             elif target.kind == "prog":
                 hits.extend(_program_runs(target, matchers[i], tid, recs))
             else:
@@ -506,6 +546,66 @@ def _event_hits(target: Target, event: str, tid: int, steps: list[Step]) -> list
         elif step.kind != "event":
             _append(pending, step)
     return hits
+
+
+def _user_hits(
+    target: Target,
+    event: str,
+    elf: ElfFunctions,
+    tid: int,
+    records: list[FunctionRecord | EventRecord],
+) -> list[Hit]:
+    """One hit per uprobe/uretprobe event line of this thread.
+
+    Entry body: "(0xIP) caller=0xRET"; return body: "(0xFUNC <- 0xRET) ret=0xV".
+    Run-time addresses are mapped back into the file with the function's own
+    address (known from the symbol table), which gives the caller's name.
+    """
+    assert target.function is not None
+    func_vaddr = elf.address(target.function)
+    hits: list[Hit] = []
+    for rec in records:
+        if not isinstance(rec, EventRecord) or rec.name != event:
+            continue
+        addrs = _hex_fields(rec.body)
+        if not addrs:
+            continue
+        entry = addrs[0]
+        site = addrs[1] if len(addrs) > 1 else None
+        bias = entry - func_vaddr
+        hit = Hit(target.spec, cpu=rec.cpu, pid=tid, tid=tid, timestamp_ns=rec.ts_ns)
+        func = Location(entry, target.function, 0, module=elf.path.name)
+        if site is not None:
+            found = elf.locate(site - bias)
+            caller = Location(
+                site,
+                found[0] if found else None,
+                found[1] if found else 0,
+                module=elf.path.name,
+            )
+            if target.kind == "uprobe":
+                branch = Branch(caller, func, "call")
+            else:
+                branch = Branch(func, caller, "ret")
+            hit.branches.append(branch)
+            hit.raw_branches.append(branch)
+        if target.kind == "uretprobe":
+            hit.retval = _retval(rec.body)
+        hits.append(hit)
+    return hits
+
+
+def _hex_fields(body: str) -> list[int]:
+    """The probe address and the call site: "(0xA)", "(0xA <- 0xB)", "caller=0xB"."""
+    out: list[int] = []
+    for part in body.replace("(", " ").replace(")", " ").split():
+        value = part.split("=", 1)[1] if part.startswith("caller=") else part
+        if value.startswith("0x"):
+            try:
+                out.append(int(value, 16))
+            except ValueError:
+                continue
+    return out
 
 
 def _is_event(rec: EventRecord, event: str) -> bool:

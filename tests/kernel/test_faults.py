@@ -264,7 +264,8 @@ BAD_TARGETS = {
     "kfunc:no_such_function_xyz": "no traceable kernel function matches 'no_such_function_xyz'",
     "kfunc:zz_nothing_matches_*": r"no traceable kernel function matches 'zz_nothing_matches_\*'",
     "tp:no_such/event": "no trace event 'no_such/event'",
-    "uprobe:/no/such/binary:main": "uprobe targets are not supported on the graph backend",
+    "uprobe:/no/such/binary:main": "uprobe:/no/such/binary:main: no such file /no/such/binary",
+    f"uprobe:{sys.executable}:no_such_fn_xyz": "no function named 'no_such_fn_xyz'",
 }
 
 
