@@ -138,6 +138,9 @@ class Trace:
     arch: str = "x86_64"
     #: Why the trace may be incomplete, beyond `lost` (e.g. "LBR: snapshot -ENOENT").
     notes: list[str] = field(default_factory=list)
+    #: The backend's records as read (graph: the tracefs instance's text), for
+    #: finding out why a trace looks the way it does; never compared.
+    capture_text: str = field(default="", repr=False, compare=False)
 
     # -- queries -------------------------------------------------------------
 

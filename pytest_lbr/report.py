@@ -50,6 +50,10 @@ def write_test_files(report_dir: Path, record: TestRecord) -> Path:
     (report_dir / ".parts").mkdir(parents=True, exist_ok=True)
     text_path = report_dir / f"{stem}.txt"
     text_path.write_text("\n\n".join(str(t) for t in record.traces) + "\n", encoding="utf-8")
+    raw = [t.capture_text for t in record.traces if t.capture_text]
+    if raw:
+        # What the backend read, as it read it: the evidence behind a surprising trace.
+        (report_dir / f"{stem}.capture.txt").write_text("\n".join(raw), encoding="utf-8")
     part = {
         "nodeid": record.nodeid,
         "outcome": record.outcome,

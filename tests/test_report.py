@@ -113,6 +113,16 @@ def test_files_and_page(tmp_path: Path) -> None:
     assert "<script" not in html and "<link" not in html  # self-contained
 
 
+def test_capture_text_is_kept_beside_the_trace(tmp_path: Path) -> None:
+    raw = (Path(__file__).parent / "data" / "ftrace-6.12-vfs_write.txt").read_text()
+    t = write_trace("write_null")
+    t.capture_text = raw
+    text = write_test_files(tmp_path, record("tests/test_x.py::test_raw", t, []))
+    assert (tmp_path / text.name.replace(".txt", ".capture.txt")).read_text() == raw
+    plain = write_test_files(tmp_path, record("tests/test_x.py::test_no_raw", write_trace("a"), []))
+    assert not (tmp_path / plain.name.replace(".txt", ".capture.txt")).exists()
+
+
 def screenshot(html: str, tmp_path: Path) -> object:
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (ci/setup installs it)")

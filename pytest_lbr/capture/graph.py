@@ -168,6 +168,7 @@ class GraphCapture:
         self.text = inst.read("trace")
         records = parse_trace(self.text)
         trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
+        trace.capture_text = self.text
         trace.lost = inst.lost()
         trace.notes = list(self._notes)
         if trace.lost:
