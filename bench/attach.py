@@ -42,7 +42,6 @@ __all__ = [
     "main",
     "ours",
     "parse_args",
-    "software_branch_events",
 ]
 
 #: ~380 functions on 6.12: the case users hit first.
@@ -51,18 +50,6 @@ SMALL_GLOB = "tcp_*"
 #: a prefix set of subsystems that are idle in a test guest, so arming is all
 #: that is measured. A comma separates globs (one target / one bpftrace probe each).
 BIG_GLOB = "acpi_*,pci_*"
-
-
-def software_branch_events(filter: str) -> Any:
-    """Per-CPU perf events with the LBR attributes but a software clock (no PMU in TCG)."""
-    from pytest_lbr.capture import perf
-
-    fds = []
-    for cpu in perf.online_cpus():
-        attr = perf.branch_attr(filter)
-        attr.type, attr.config, attr.sample_type = perf.PERF_TYPE_SOFTWARE, 0, 0
-        fds.append(perf.perf_event_open(attr, -1, cpu))
-    return perf.BranchEvents(fds)
 
 
 def ours(glob: str, runs: int) -> dict[str, Any]:
@@ -74,6 +61,7 @@ def ours(glob: str, runs: int) -> dict[str, Any]:
     """
     from pytest_lbr.capture.hooks import HookSet, expand_glob
     from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.capture.perf import software_branch_events
     from pytest_lbr.targets import parse_target
 
     globs = glob.split(",")

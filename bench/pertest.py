@@ -30,7 +30,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from attach import software_branch_events  # noqa: E402
 from common import REPO, add_common_args, ratio, save_json  # noqa: E402
 
 __all__ = ["PACKET", "XDP_OBJECT", "lbr_trace", "main", "parse_args", "variants"]
@@ -45,6 +44,7 @@ XDP_PASS = 2
 def lbr_trace(prog: Any) -> Iterator[Any]:
     """`Tracer.trace(prog)` on the LBR backend, with software perf events (no PMU here)."""
     from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.capture.perf import software_branch_events
     from pytest_lbr.model import Trace
     from pytest_lbr.targets import parse_targets
 

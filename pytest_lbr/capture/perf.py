@@ -28,6 +28,7 @@ __all__ = [
     "open_branch_events",
     "perf_event_attr",
     "perf_event_open",
+    "software_branch_events",
 ]
 
 # uapi linux/perf_event.h
@@ -154,12 +155,23 @@ class BranchEvents:
         self.close()
 
 
-def open_branch_events(filter: str = "any", cpus: list[int] | None = None) -> BranchEvents:
+def software_branch_events(filter: str = "any", cpus: list[int] | None = None) -> BranchEvents:
+    """The LBR events' attributes on a software clock: real per-CPU perf fds where
+    there is no PMU (a TCG guest), so the LBR capture's attach, arm and release
+    paths run for real. They record no branches; tests and benchmarks use them."""
+    return open_branch_events(filter, cpus, software=True)
+
+
+def open_branch_events(
+    filter: str = "any", cpus: list[int] | None = None, *, software: bool = False
+) -> BranchEvents:
     """Open the LBR-enabling events; OSError ENOENT = no PMU, EOPNOTSUPP = PMU without LBR.
 
     A failure on one CPU closes those already open.
     """
     attr = branch_attr(filter)
+    if software:
+        attr.type, attr.config, attr.sample_type = PERF_TYPE_SOFTWARE, 0, 0
     fds: list[int] = []
     try:
         for cpu in online_cpus() if cpus is None else cpus:

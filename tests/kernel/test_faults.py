@@ -11,7 +11,6 @@ with the process's fds.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -24,28 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.ftrace import INSTANCE_PREFIX, find_tracefs
+from pytest_lbr.capture.ftrace import INSTANCE_PREFIX
+from tests.kernel.kernel_state import bpf_ids, tracefs_state
 
 pytestmark = pytest.mark.kernel
 pytest_plugins = ["pytester"]
-
-#: tracefs files a trace changes (see test_lifecycle.py for why each one).
-_TRACEFS_FILES = (
-    "kprobe_events",
-    "uprobe_events",
-    "dynamic_events",
-    "current_tracer",
-    "set_ftrace_filter",
-    "set_ftrace_pid",
-    "enabled_functions",
-)
-
-
-def _ids(kind: str) -> set[int]:
-    out = subprocess.run(
-        ["bpftool", "-j", kind, "show"], capture_output=True, text=True, check=True
-    ).stdout
-    return {entry["id"] for entry in json.loads(out or "[]")}
 
 
 def _perf_fds() -> int:
@@ -60,25 +42,13 @@ def _perf_fds() -> int:
     return n
 
 
-def _instances() -> list[str]:
-    root = find_tracefs()
-    assert root is not None
-    return sorted(os.listdir(root / "instances"))
-
-
 def state() -> dict[str, object]:
-    root = find_tracefs()
-    assert root is not None
-    out: dict[str, object] = {
-        "progs": _ids("prog"),
-        "links": _ids("link"),
+    return {
+        "progs": bpf_ids("prog"),
+        "links": bpf_ids("link"),
         "perf_fds": _perf_fds(),
-        "instances": _instances(),
+        **tracefs_state(),
     }
-    for name in _TRACEFS_FILES:
-        path = root / name
-        out[name] = path.read_text() if path.exists() else None
-    return out
 
 
 def settle(
@@ -112,21 +82,11 @@ CHILD = textwrap.dedent("""
     READY = Path(os.environ["LBR_FAULT_READY"])
 
 
-    def software_events(filter):
-        # The LBR attr on a software clock: real perf fds where the guest has no PMU.
-        fds = []
-        for cpu in perf.online_cpus():
-            attr = perf.branch_attr(filter)
-            attr.type, attr.config, attr.sample_type = perf.PERF_TYPE_SOFTWARE, 0, 0
-            fds.append(perf.perf_event_open(attr, -1, cpu))
-        return perf.BranchEvents(fds)
-
-
     def test_traced(lbr):
         hooks = LbrCapture(
             [parse_target("kfunc:vfs_write"), parse_target("tp:syscalls/sys_enter_getppid")],
             check=False,
-            open_events=software_events,
+            open_events=perf.software_branch_events,
         )
         try:
             hooks.start()
@@ -202,9 +162,9 @@ def next_session(folder: Path) -> str:
 
 
 def stale(before: dict[str, object]) -> list[str]:
-    return [
-        i for i in _instances() if i not in before["instances"] and i.startswith(INSTANCE_PREFIX)
-    ]  # type: ignore[operator]
+    known: list[str] = before["instances"]  # type: ignore[assignment]
+    now: list[str] = tracefs_state()["instances"]  # type: ignore[assignment]
+    return [i for i in now if i not in known and i.startswith(INSTANCE_PREFIX)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])

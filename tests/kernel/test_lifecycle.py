@@ -6,9 +6,7 @@ ours (perf event fds, all fds), before and after each way a trace can end.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,17 +17,11 @@ from pytest_lbr.capture.lbr import LbrCapture
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target
 from pytest_lbr.tracer import Tracer, TracingUnavailable
+from tests.kernel.kernel_state import bpf_ids, tracefs_state
 
 pytestmark = pytest.mark.kernel
 
 TARGETS = ["kfunc:vfs_write", "tp:syscalls/sys_enter_getppid", "kfunc:write_n*"]
-
-
-def _ids(kind: str) -> set[int]:
-    out = subprocess.run(
-        ["bpftool", "-j", kind, "show"], capture_output=True, text=True, check=True
-    ).stdout
-    return {entry["id"] for entry in json.loads(out or "[]")}
 
 
 def _fds() -> tuple[int, int]:
@@ -43,52 +35,20 @@ def _fds() -> tuple[int, int]:
     return len(fds), perf_fds
 
 
-#: tracefs files a trace could change: probe events, tracer, filters, and
-#: enabled_functions (every ftrace-attached function: fentry trampolines, kprobes).
-_TRACEFS_FILES = (
-    "kprobe_events",
-    "uprobe_events",
-    "dynamic_events",
-    "current_tracer",
-    "set_ftrace_filter",
-    "enabled_functions",
-    "tracing_on",
-)
-
-
-def _tracefs() -> dict[str, object]:
-    root = "/sys/kernel/tracing"
-    if not os.path.exists(f"{root}/current_tracer"):
-        root = "/sys/kernel/debug/tracing"
-    out: dict[str, object] = {"instances": sorted(os.listdir(f"{root}/instances"))}
-    for name in _TRACEFS_FILES:
-        try:
-            with open(f"{root}/{name}") as f:
-                out[name] = f.read()
-        except FileNotFoundError:
-            out[name] = None
-    return out
-
-
 def _state() -> dict[str, object]:
-    return {"progs": _ids("prog"), "links": _ids("link"), "fds": _fds(), "tracefs": _tracefs()}
-
-
-def _software_events(filter: str) -> perf.BranchEvents:
-    """Real per-CPU perf events where the guest has no PMU (same attr, software clock)."""
-    fds = []
-    for cpu in perf.online_cpus():
-        attr = perf.branch_attr(filter)
-        attr.type, attr.config, attr.sample_type = perf.PERF_TYPE_SOFTWARE, 0, 0
-        fds.append(perf.perf_event_open(attr, -1, cpu))
-    return perf.BranchEvents(fds)
+    return {
+        "progs": bpf_ids("prog"),
+        "links": bpf_ids("link"),
+        "fds": _fds(),
+        "tracefs": tracefs_state(),
+    }
 
 
 @contextmanager
 def lbr_trace(*targets: str) -> Iterator[Trace]:
     """The LBR capture as `Tracer.trace` drives it, on software events."""
     capture = LbrCapture(
-        [parse_target(t) for t in targets], check=False, open_events=_software_events
+        [parse_target(t) for t in targets], check=False, open_events=perf.software_branch_events
     )
     trace = Trace()
     try:
