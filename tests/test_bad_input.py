@@ -250,8 +250,8 @@ CRAFTED = textwrap.dedent("""\
     """)
 
 
-def test_crafted_golden_file_is_data_only(pytester: pytest.Pytester) -> None:
-    canary = pytester.path / "canary"
+def golden_suite(pytester: pytest.Pytester) -> Path:
+    """A one-test suite checking a golden trace; returns where its golden file goes."""
     pytester.makepyfile(tracehelper=TRACE_HELPER)
     pytester.syspathinsert()
     pytester.makepyfile(
@@ -260,6 +260,12 @@ def test_crafted_golden_file_is_data_only(pytester: pytest.Pytester) -> None:
     )
     golden = pytester.path / "__lbr_golden__" / "test_suite" / "test_write.lbr"
     golden.parent.mkdir(parents=True)
+    return golden
+
+
+def test_crafted_golden_file_is_data_only(pytester: pytest.Pytester) -> None:
+    canary = pytester.path / "canary"
+    golden = golden_suite(pytester)
     golden.write_text(CRAFTED.format(canary=canary))
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
@@ -278,14 +284,7 @@ def test_crafted_golden_file_is_data_only(pytester: pytest.Pytester) -> None:
 def test_crafted_golden_header_is_refused_in_one_line(
     pytester: pytest.Pytester, header: str
 ) -> None:
-    pytester.makepyfile(tracehelper=TRACE_HELPER)
-    pytester.syspathinsert()
-    pytester.makepyfile(
-        test_suite="from tracehelper import make_trace\n\n"
-        "def test_write(lbr_golden):\n    lbr_golden(make_trace())\n"
-    )
-    golden = pytester.path / "__lbr_golden__" / "test_suite" / "test_write.lbr"
-    golden.parent.mkdir(parents=True)
+    golden = golden_suite(pytester)
     lines = CRAFTED.format(canary="x").splitlines()[:6]
     key = header.split(":")[0]
     lines = [ln for ln in lines if not ln.startswith(key + ":")] + [header]
