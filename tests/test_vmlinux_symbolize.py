@@ -5,10 +5,10 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import time
 
 import pytest
 
+from pytest_lbr.symbols.dwarf import Frame
 from pytest_lbr.symbols.vmlinux import (
     VmlinuxError,
     VmlinuxLines,
@@ -70,9 +70,7 @@ def test_cache_makes_second_session_warm(vmlinux_61: str, tmp_path) -> None:
     # A new object (a new session) with no way to decode: answers come from disk.
     second = VmlinuxLines(vmlinux_61, use_llvm=False, cache_directory=tmp_path)
     second._dwarf_lookup = None  # type: ignore[method-assign,assignment]
-    t0 = time.monotonic()
     assert second.lookup(addrs) == cold
-    assert time.monotonic() - t0 < 1.0
     assert any(p.name.endswith(".bin") for p in (tmp_path / "lines").iterdir())
 
 
@@ -129,3 +127,31 @@ def test_unwritable_cache_directory_is_not_an_error(tmp_path) -> None:
     good = FrameCache("00ff", tmp_path / "ok")
     good.save({1: (Frame("f", "a.c", 3),), 2: ()})
     assert good.load() == {1: (Frame("f", "a.c", 3),), 2: ()}
+
+
+def test_concurrent_sessions_keep_each_others_additions(tmp_path) -> None:
+    """Two workers that loaded the cache before either saved: both additions stay."""
+    import multiprocessing
+
+    from pytest_lbr.symbols.cache import FrameCache
+
+    FrameCache("00ff", tmp_path).save({1: (Frame("base", "a.c", 1),)})
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_add_entries, args=(tmp_path, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    got = FrameCache("00ff", tmp_path).load()
+    assert len(got) == 1 + 4 * 200
+    assert got[1] == (Frame("base", "a.c", 1),)
+    assert got[10_000 + 1000 * 3 + 199] == (Frame("w3", "w.c", 199),)
+
+
+def _add_entries(directory, worker: int) -> None:
+    from pytest_lbr.symbols.cache import FrameCache
+
+    cache = FrameCache("00ff", directory)
+    for i in range(200):  # one save per address: many interleaved writers
+        cache.save({10_000 + 1000 * worker + i: (Frame(f"w{worker}", "w.c", i),)})

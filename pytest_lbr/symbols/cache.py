@@ -3,7 +3,8 @@
 Data only (no pickle): a small header, a string table and flat arrays of
 unsigned integers, so a warm session loads 100,000 addresses in milliseconds.
 Writes go to a temporary file renamed into place, so readers never see half a
-file and concurrent sessions (pytest-xdist workers) at worst redo some work.
+file; a writer holds a lock file and merges what is on disk first, so
+concurrent sessions (pytest-xdist workers) never drop each other's additions.
 
 Layout (little endian):
     magic "PLBRSYM1", u32 nstrings, u32 naddrs, u32 nframes, u32 strings_len
@@ -15,6 +16,7 @@ Layout (little endian):
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import struct
@@ -22,6 +24,7 @@ import sys
 import tempfile
 from array import array
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 
 from .dwarf import Frame
@@ -64,22 +67,30 @@ class FrameCache:
             return {}  # a foreign or damaged file: rebuilt on the next save
 
     def save(self, entries: Mapping[int, tuple[Frame, ...]]) -> None:
-        """Write `entries` (the whole set, old and new) atomically; no-op if not writable."""
-        data = _encode(entries)
+        """Add `entries` to the file atomically, keeping what other sessions added
+        meanwhile; a no-op where the cache directory is not writable."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".bin")
+            lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 -- held below
         except OSError:
             # A read-only home (the VM guests share the host's root read-only): the
             # cache only saves time, so run without it.
             return
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = self.load()
+            if entries.keys() <= merged.keys():
+                return  # nothing new
+            merged.update(entries)
+            data = _encode(merged)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".bin")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
 
 
 def _encode(entries: Mapping[int, tuple[Frame, ...]]) -> bytes:
@@ -126,21 +137,22 @@ def _decode(data: bytes) -> dict[int, tuple[Frame, ...]]:
     flat = _array("I", data[pos : pos + 12 * nframes])
     if len(flat) != 3 * nframes or len(starts) != naddr + 1:
         raise ValueError("truncated cache")
-    # tuple.__new__ builds a NamedTuple in C, ~5x faster than calling Frame():
-    # this loop is most of a warm session's start-up.
-    # The cyclic GC would scan the young tuples again and again (none can form a
-    # cycle): pausing it halves the time.
-    new = tuple.__new__
+    # Every step below runs in C (map/zip over arrays, tuple.__new__ building the
+    # NamedTuples without calling Frame()): this is most of a warm session's
+    # start-up. The cyclic GC would scan the young tuples again and again (none
+    # can form a cycle): pausing it halves the time.
+    name = strs.__getitem__
     enabled = gc.isenabled()
     gc.disable()
     try:
-        frames = [
-            new(Frame, (strs[f], strs[p], ln))
-            for f, p, ln in zip(flat[0::3], flat[1::3], flat[2::3], strict=True)
-        ]
-        return {
-            addr: tuple(frames[a:b]) for addr, a, b in zip(addrs, starts, starts[1:], strict=False)
-        }
+        frames = list(
+            map(
+                partial(tuple.__new__, Frame),
+                zip(map(name, flat[0::3]), map(name, flat[1::3]), flat[2::3], strict=True),
+            )
+        )
+        per_addr = map(tuple, map(frames.__getitem__, map(slice, starts, starts[1:])))
+        return dict(zip(addrs, per_addr, strict=True))
     finally:
         if enabled:
             gc.enable()
