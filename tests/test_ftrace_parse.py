@@ -217,3 +217,36 @@ def test_a_misnested_record_cannot_split_one_call_into_two_hits() -> None:
     assert len(hits) == 1, [h.functions() for h in hits]
     assert hits[0].retval == 1
     assert Trace(hits=hits).called("write_null")
+
+
+def test_glob_matching_over_the_whole_file_agrees_with_fnmatch() -> None:
+    """matching_functions (one regex) picks exactly what fnmatch would, line by line,
+    on this machine's real kernel function names (kallsyms) in the file's format."""
+    import fnmatch
+
+    from pytest_lbr.capture.ftrace import matching_functions
+
+    names = []
+    with open("/proc/kallsyms") as f:
+        for line in f:
+            parts = line.split()
+            if parts[1] in "tT" and len(parts) >= 3:
+                names.append((parts[2], parts[3] if len(parts) > 3 else None))
+    assert len(names) > 10_000
+    # the file lists module functions as "name [module]"
+    text = "\n".join(f"{n} {m}" if m else n for n, m in names) + "\n"
+    for pattern in (
+        "tcp_*",
+        "vfs_write",
+        "*_rcv",
+        "ip?_*",
+        "sk_[a-f]*",
+        "x[!a-y]*",
+        "[]]*",
+        "a*b*c",
+    ):
+        want = [n for n, _ in names if fnmatch.fnmatchcase(n, pattern)]
+        assert matching_functions(text, pattern) == want, pattern
+        core = [n for n, m in names if m is None and fnmatch.fnmatchcase(n, pattern)]
+        assert matching_functions(text, pattern, modules=False) == core, pattern
+    assert matching_functions(text, "tcp_*")  # the check above was not vacuous

@@ -34,6 +34,7 @@ __all__ = [
     "TracefsError",
     "cleanup_stale_instances",
     "find_tracefs",
+    "matching_functions",
     "parse_trace",
     "reconstruct",
 ]
@@ -240,6 +241,53 @@ def cleanup_stale_instances(root: Path | None = None) -> list[str]:
             _remove_probe(file, f"{group}/{event}")
             removed.append(f"{group}/{event}")
     return removed
+
+
+# -- available_filter_functions ------------------------------------------------------
+
+
+def _glob_regex(pattern: str) -> str:
+    """fnmatch semantics for one function name: `*`, `?`, `[...]`, `[!...]`."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            out.append(r"\S*")
+        elif c == "?":
+            out.append(r"\S")
+        elif c == "[":
+            start = i + 1 if pattern[i : i + 1] == "!" else i
+            if pattern[start : start + 1] == "]":
+                start += 1  # "[]...]" and "[!]...]": the first ] is a member
+            end = pattern.find("]", start)
+            if end < 0:
+                out.append(r"\[")
+                continue
+            body = pattern[i:end]
+            i = end + 1
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            body = body.replace("\\", r"\\").replace("^", r"\^").replace("[", r"\[")
+            body = body.replace("]", r"\]")
+            out.append(("[^" if negate else "[") + body + "]")
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
+
+
+def matching_functions(text: str, pattern: str, *, modules: bool = True) -> list[str]:
+    """Names in `text` (available_filter_functions) matching the glob `pattern`.
+
+    In file order, a name listed twice (static functions of one name) twice.
+    One regex over the whole text: ~50,000 lines in milliseconds, where a
+    Python loop of fnmatch calls takes seconds in a TCG guest.
+    `modules=False` leaves out module functions ("name [module]").
+    """
+    suffix = r"(?: \[[^\]\n]*\])?" if modules else ""
+    rx = re.compile(rf"^({_glob_regex(pattern)}){suffix}$", re.MULTILINE)
+    return rx.findall(text)
 
 
 # -- parsing ------------------------------------------------------------------------

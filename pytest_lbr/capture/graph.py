@@ -46,6 +46,7 @@ from pytest_lbr.capture.ftrace import (
     TracefsError,
     cleanup_stale_instances,
     find_tracefs,
+    matching_functions,
     parse_trace,
     reconstruct,
 )
@@ -212,9 +213,9 @@ class GraphCapture:
             if t.kind == "kfunc":
                 assert t.function is not None
                 if available is None:
-                    available = _traceable(inst.root)
+                    available = (inst.root / "available_filter_functions").read_text()
                 pattern = t.function
-                if not any(fnmatch.fnmatchcase(f, pattern) for f in available):
+                if not matching_functions(available, pattern):
                     raise CaptureError(
                         f"{t.spec}: no traceable kernel function matches {pattern!r}"
                     )
@@ -309,14 +310,6 @@ def _jited_ranges(fd: int) -> list[tuple[int, int]]:
         (start, start + length)
         for start, length in zip(bufs["jited_ksyms"][:n], bufs["jited_func_lens"][:n], strict=True)
     ]
-
-
-def _traceable(root: Path) -> set[str]:
-    names = set()
-    with open(root / "available_filter_functions") as f:
-        for line in f:
-            names.add(line.split()[0])
-    return names
 
 
 def build_hits(

@@ -16,6 +16,7 @@ import fnmatch
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Iterable
 from ctypes import (
     CFUNCTYPE,
@@ -37,6 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from pytest_lbr.capture import CaptureError
+from pytest_lbr.capture.ftrace import matching_functions
 from pytest_lbr.libbpf import BpfError, check_int, lib
 from pytest_lbr.targets import Target
 
@@ -612,15 +614,14 @@ def _check_in_btf(target: Target) -> None:
 _TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 
 
-def _traceable_functions() -> Iterable[str]:
+def _filter_functions_text() -> str | None:
     for root in _TRACEFS:
         try:
             with open(f"{root}/available_filter_functions") as f:
-                text = f.read()
+                return f.read()
         except OSError:
             continue
-        return (line.split()[0] for line in text.splitlines() if line and "[" not in line)
-    return _btf_functions()
+    return None
 
 
 def _btf_function_names() -> set[str]:
@@ -648,10 +649,11 @@ def expand_glob(pattern: str, functions: Iterable[str] | None = None) -> list[st
     Functions listed twice (static functions of the same name) are dropped: a
     name cannot say which one to attach.
     """
-    seen: dict[str, int] = {}
-    for name in _traceable_functions() if functions is None else functions:
-        if fnmatch.fnmatchcase(name, pattern):
-            seen[name] = seen.get(name, 0) + 1
+    if functions is None and (text := _filter_functions_text()) is not None:
+        seen = Counter(matching_functions(text, pattern, modules=False))
+    else:
+        names = _btf_functions() if functions is None else functions
+        seen = Counter(n for n in names if fnmatch.fnmatchcase(n, pattern))
     own = TRACER_OWN_FUNCTIONS
     return sorted(
         n
