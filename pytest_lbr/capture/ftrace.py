@@ -33,6 +33,7 @@ __all__ = [
     "Step",
     "TracefsError",
     "cleanup_stale_instances",
+    "filter_functions_text",
     "find_tracefs",
     "matching_functions",
     "parse_trace",
@@ -275,6 +276,31 @@ def _glob_regex(pattern: str) -> str:
         else:
             out.append(re.escape(c))
     return "".join(out)
+
+
+_FILTER_FUNCTIONS: dict[str, tuple[bytes, str]] = {}
+
+
+def filter_functions_text(root: Path | str) -> str:
+    """`available_filter_functions` under tracefs `root`, read once per process.
+
+    The kernel builds the text afresh on every read (~50,000 lines: seconds in a
+    TCG guest). It changes only when modules come or go, so the copy is reused
+    until /proc/modules says otherwise. OSError if it cannot be read.
+    """
+    key = str(root)
+    try:
+        with open("/proc/modules", "rb") as f:
+            modules = f.read()
+    except OSError:
+        modules = b""
+    cached = _FILTER_FUNCTIONS.get(key)
+    if cached is not None and cached[0] == modules:
+        return cached[1]
+    with open(Path(root) / "available_filter_functions") as f:
+        text = f.read()
+    _FILTER_FUNCTIONS[key] = (modules, text)
+    return text
 
 
 def matching_functions(text: str, pattern: str, *, modules: bool = True) -> list[str]:

@@ -45,6 +45,7 @@ from pytest_lbr.capture.ftrace import (
     Step,
     TracefsError,
     cleanup_stale_instances,
+    filter_functions_text,
     find_tracefs,
     matching_functions,
     parse_trace,
@@ -213,7 +214,7 @@ class GraphCapture:
             if t.kind == "kfunc":
                 assert t.function is not None
                 if available is None:
-                    available = (inst.root / "available_filter_functions").read_text()
+                    available = filter_functions_text(inst.root)
                 pattern = t.function
                 if not matching_functions(available, pattern):
                     raise CaptureError(

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from pytest_lbr.capture import CaptureError
-from pytest_lbr.capture.ftrace import matching_functions
+from pytest_lbr.capture.ftrace import filter_functions_text, matching_functions
 from pytest_lbr.libbpf import BpfError, check_int, lib
 from pytest_lbr.targets import Target
 
@@ -617,8 +617,7 @@ _TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 def _filter_functions_text() -> str | None:
     for root in _TRACEFS:
         try:
-            with open(f"{root}/available_filter_functions") as f:
-                return f.read()
+            return filter_functions_text(root)
         except OSError:
             continue
     return None
