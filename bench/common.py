@@ -33,6 +33,7 @@ __all__ = [
     "save_json",
     "stat",
     "timed",
+    "timed_interleaved",
     "verdict",
 ]
 
@@ -121,6 +122,19 @@ def timed(fn: Callable[[], object], runs: int) -> list[float]:
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+    return out
+
+
+def timed_interleaved(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Wall-clock seconds of `runs` calls of each function, taken in turns
+    (a, b, c, a, b, c, ...) so that load swings on a shared machine hit every
+    method alike: the ratios between them are what the results compare."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - t0)
     return out
 
 

@@ -3,10 +3,11 @@
 Compares, on the same address sets, pytest-lbr's symbolizer cold (empty cache,
 new process state), warm (a new VmlinuxLines reading the on-disk cache, as a
 second session would), pyelftools alone (no llvm-symbolizer; small sets only),
-llvm-symbolizer and binutils addr2line. Prints a markdown table (median of
+llvm-symbolizer and binutils addr2line, timed in turns (ours, llvm, addr2line,
+ours, ...) so load swings hit them alike. Prints a markdown table (median of
 --runs runs, with min-max) and writes it to bench/RESULTS-symbolize.md.
 
-    .venv/bin/python bench/symbolize.py [--vmlinux PATH] [--runs 3] [--sizes 32,1000,100000]
+    .venv/bin/python bench/symbolize.py [--vmlinux PATH] [--runs 5] [--sizes 32,1000,100000]
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import timed  # noqa: E402
+from common import timed, timed_interleaved  # noqa: E402
 
+from pytest_lbr.symbols.dwarf import Frame  # noqa: E402
 from pytest_lbr.symbols.vmlinux import (  # noqa: E402
     VmlinuxLines,
     fetch_debian_dbg,
@@ -60,7 +63,7 @@ def _external(cmd: list[str], addrs: list[int]) -> Callable[[], object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vmlinux")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="32,1000,100000")
     ap.add_argument(
         "--pyelftools-max",
@@ -79,45 +82,43 @@ def main() -> None:
     for n in sizes:
         addrs = sample_text_addresses(probe, n, seed=n)
         print(f"# {n} addresses", file=sys.stderr)
-        rows += _bench_ours(vmlinux, addrs, args.runs, args.pyelftools_max)
-        if llvm:
-            cmd = [llvm, f"--obj={vmlinux}", "--inlining"]
-            name = f"{os.path.basename(llvm)} --inlining"
-            rows.append((name, n, timed(_external(cmd, addrs), args.runs)))
-        if a2l:
-            cmd = [a2l, "-e", vmlinux, "-i", "-f"]
-            rows.append(("addr2line -i -f", n, timed(_external(cmd, addrs), args.runs)))
+        with tempfile.TemporaryDirectory(prefix="plbr-bench-") as tmp:
+            methods = _ours(vmlinux, addrs, Path(tmp))
+            if llvm:
+                cmd = [llvm, f"--obj={vmlinux}", "--inlining"]
+                methods[f"{os.path.basename(llvm)} --inlining"] = _external(cmd, addrs)
+            if a2l:
+                methods["addr2line -i -f"] = _external([a2l, "-e", vmlinux, "-i", "-f"], addrs)
+            methods["pytest-lbr cold"]()  # fills the cache the warm runs read
+            rows += [(m, n, t) for m, t in timed_interleaved(methods, args.runs).items()]
+            if n <= args.pyelftools_max:
+                py = VmlinuxLines(vmlinux, use_llvm=False, cache=False)
+                rows.append(
+                    ("pytest-lbr pyelftools only, cold", n, timed(partial(py.lookup, addrs), 1))
+                )
 
     table = _table(rows, args.runs, vmlinux)
     print(table)
     RESULTS.write_text(table + "\n")
 
 
-def _bench_ours(
-    vmlinux: str, addrs: list[int], runs: int, pyelftools_max: int
-) -> list[tuple[str, int, list[float]]]:
-    n = len(addrs)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="plbr-bench-") as tmp:
-        fresh = iter(range(10**6))
+def _ours(vmlinux: str, addrs: list[int], tmp: Path) -> dict[str, Callable[[], object]]:
+    """pytest-lbr cold (a fresh cache directory each call: nothing known yet) and
+    warm (a new object, as in a new session, reading the first cold call's cache).
+    Both touch every frame they get back, as a caller building Locations would."""
+    fresh = iter(range(10**6))
 
-        def cold() -> object:
-            # A fresh cache directory each run: nothing is known yet.
-            d = Path(tmp) / f"cold{next(fresh)}"
-            return VmlinuxLines(vmlinux, cache_directory=d).lookup(addrs)
+    def consume(found: dict[int, tuple[Frame, ...]]) -> int:
+        return sum(len(frames) for frames in found.values())
 
-        def warm() -> object:
-            # A new object, as in a new session, reading the first cold run's cache.
-            return VmlinuxLines(vmlinux, cache_directory=Path(tmp) / "cold0").lookup(addrs)
+    def cold() -> object:
+        d = tmp / f"cold{next(fresh)}"
+        return consume(VmlinuxLines(vmlinux, cache_directory=d).lookup(addrs))
 
-        def py() -> object:
-            return VmlinuxLines(vmlinux, use_llvm=False, cache=False).lookup(addrs)
+    def warm() -> object:
+        return consume(VmlinuxLines(vmlinux, cache_directory=tmp / "cold0").lookup(addrs))
 
-        rows.append(("pytest-lbr cold", n, timed(cold, runs)))
-        rows.append(("pytest-lbr warm (disk cache)", n, timed(warm, runs)))
-        if n <= pyelftools_max:
-            rows.append(("pytest-lbr pyelftools only, cold", n, timed(py, 1)))
-    return rows
+    return {"pytest-lbr cold": cold, "pytest-lbr warm (disk cache)": warm}
 
 
 def _table(rows: list[tuple[str, int, list[float]]], runs: int, vmlinux: str) -> str:
