@@ -31,12 +31,15 @@ from typing import Any
 
 __all__ = [
     "BpfError",
+    "MIN_LIBBPF",
     "LibbpfMissing",
     "bpf_prog_info",
     "check_int",
     "bpf_test_run_opts",
     "check_ptr",
     "libbpf_messages",
+    "libbpf_version",
+    "libbpf_version_problem",
     "lib",
     "prog_info",
 ]
@@ -192,6 +195,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_map_delete_elem", c_int, c_int, c_void_p)
     _proto(cdll, "bpf_map_get_next_key", c_int, c_int, c_void_p, c_void_p)
     _proto(cdll, "bpf_prog_test_run_opts", c_int, c_int, c_void_p)
+    _proto(cdll, "bpf_prog_load", c_int, c_int, c_char_p, c_char_p, c_void_p, c_size_t, c_void_p)
     # Attaching the LBR tracer and reading its ring buffer (pytest_lbr.capture.hooks).
     _proto(cdll, "bpf_object__find_program_by_name", c_void_p, c_void_p, c_char_p)
     _proto(cdll, "bpf_object__find_map_by_name", c_void_p, c_void_p, c_char_p)
@@ -215,6 +219,32 @@ def _declare(cdll: ctypes.CDLL) -> None:
 
 #: The libbpf handle: `lib.bpf_prog_get_fd_by_id(7)`. Loaded on first use.
 lib: Any = _Lib()
+
+#: The oldest libbpf these bindings are written for: 1.0 made the error
+#: conventions `check_int`/`check_ptr` rely on the only ones, and the option
+#: structs declared here have their 1.x layout.
+MIN_LIBBPF = (1, 0)
+
+
+def libbpf_version() -> tuple[int, int] | None:
+    """(major, minor) of the loaded libbpf; None when it is older than 0.6 (no version API)."""
+    major = getattr(lib, "libbpf_major_version", None)
+    minor = getattr(lib, "libbpf_minor_version", None)
+    if major is None or minor is None:
+        return None
+    return int(major()), int(minor())
+
+
+def libbpf_version_problem(version: tuple[int, int] | None) -> str:
+    """One actionable line when `version` (from `libbpf_version()`) is too old, else ""."""
+    if version is not None and version >= MIN_LIBBPF:
+        return ""
+    have = "older than 0.6" if version is None else f"{version[0]}.{version[1]}"
+    need = f"{MIN_LIBBPF[0]}.{MIN_LIBBPF[1]}"
+    return (
+        f"libbpf {have} is too old: pytest-lbr needs libbpf >= {need} "
+        "(Debian 12: apt-get install libbpf1; elsewhere build libbpf from source)"
+    )
 
 
 def prog_info(fd: int, **arrays: tuple[str, int, Any]) -> tuple[bpf_prog_info, dict[str, Any]]:

@@ -15,6 +15,9 @@ import errno
 import fnmatch
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -39,22 +42,29 @@ from typing import Any
 
 from pytest_lbr.capture import CaptureError
 from pytest_lbr.capture.ftrace import filter_functions_text, matching_functions
-from pytest_lbr.libbpf import BpfError, check_int, lib
+from pytest_lbr.libbpf import BpfError, check_int, lib, libbpf_messages, prog_info
 from pytest_lbr.targets import Target
 
 __all__ = [
     "DEFAULT_GLOB_FALLBACK",
+    "MIN_CLANG",
     "TRACER_HEADER",
     "TRACER_OBJECT",
     "TRACER_OWN_FUNCTIONS",
     "HookSet",
     "RawHit",
+    "clang_version",
+    "clang_version_problem",
     "expand_glob",
     "header_constants",
+    "tracer_not_built",
     "try_load_fexit",
 ]
 
 _BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+#: The oldest clang that builds the tracer (bpf/flags.mk): libbpf-bootstrap's
+#: minimum for BPF objects like it (BTF-defined maps, global data, CO-RE).
+MIN_CLANG = 11
 #: The record layout and constants shared with the BPF side.
 TRACER_HEADER = _BPF_DIR / "lbr_tracer.h"
 #: Built by `make -C bpf`.
@@ -184,6 +194,7 @@ DEFAULT_GLOB_FALLBACK = "kprobe"
 
 _SAMPLE_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
 _BTF_KIND_FUNC = 12
+_BPF_PROG_TYPE_TRACING = 26
 
 
 @dataclass
@@ -268,7 +279,7 @@ class HookSet:
     def attach(self) -> None:
         """Load and attach everything; on any error release what was made and re-raise."""
         if not TRACER_OBJECT.exists():
-            raise CaptureError(f"LBR tracer not built: {TRACER_OBJECT} missing (run: make -C bpf)")
+            raise CaptureError(tracer_not_built())
         try:
             for index, target in enumerate(self.targets):
                 self.attached.append(self._attach_one(index, target))
@@ -443,7 +454,7 @@ class HookSet:
     def _attach_one(self, index: int, target: Target) -> _Attached:
         if target.kind == "prog":
             fd, func, ksym = self._resolve_prog(target)
-            self._attach_trace(index, f"{target.spec} ({func})", fd, func)
+            self._attach_prog(index, target, fd, func)
             return _Attached(target, [func], "fentry" if self.fentry else "fexit", ksym)
         if target.kind == "kfunc":
             assert target.function is not None
@@ -487,6 +498,39 @@ class HookSet:
             self._links.append(_link(link, f"attach to {target.spec}"))
             return _Attached(target, [target.function], target.kind)
         raise CaptureError(f"{target.spec}: unknown target kind {target.kind!r}")
+
+    def _attach_prog(self, index: int, target: Target, fd: int, func: str) -> None:
+        """fentry/fexit on a BPF program, with one clear line where the kernel cannot."""
+        info, _ = prog_info(fd)
+        hook = "fentry" if self.fentry else "fexit"
+        if not info.btf_id:
+            # fentry/fexit find the program's function by its BTF (libbpf refuses
+            # in bpf_program__set_attach_target with a bare EINVAL otherwise).
+            raise CaptureError(
+                f"{target.spec}: the program has no BTF (built without -g, or its loader "
+                f"dropped it): the lbr backend cannot attach {hook} to it; rebuild with -g "
+                "or use --lbr-backend=graph"
+            )
+        if info.type != _BPF_PROG_TYPE_TRACING:
+            self._attach_trace(index, f"{target.spec} ({func})", fd, func)
+            return
+        with libbpf_messages() as log:
+            try:
+                self._attach_trace(index, f"{target.spec} ({func})", fd, func)
+            except BpfError as exc:
+                why = _kernel_refusal(log)
+                if not why:
+                    sys.stderr.write("".join(log))  # what libbpf would have printed
+                    raise
+                # Older kernels (6.1 here) refuse fentry/fexit on a fentry/fexit
+                # program in bpf_check_attach_target(); newer ones (6.12 here)
+                # allow one level of nesting (the fentry_recursive selftest).
+                err = exc.errno or errno.EINVAL
+                raise CaptureError(
+                    f"{target.spec}: the program is itself a tracing (fentry/fexit) program "
+                    f"and this kernel refuses {hook} on it ({os.strerror(err)}: {why}); "
+                    "use --lbr-backend=graph"
+                ) from None
 
     def _resolve_prog(self, target: Target) -> tuple[int, str, str]:
         """(fd, main function's BTF name, kallsyms name) of a BPF program target."""
@@ -554,6 +598,46 @@ class HookSet:
                 self._links.append(_link(link, f"attach kprobe to {name} ({target.spec})"))
         how = f"{self.fallback} x{len(names)} in {time.monotonic() - start:.1f}s"
         return _Attached(target, names, how)
+
+
+def _kernel_refusal(log: list[str]) -> str:
+    """The verifier's reason in libbpf's log of a failed load ("" when absent)."""
+    for line in "".join(log).splitlines():
+        if "Cannot recursively attach" in line:
+            return line.strip()
+    return ""
+
+
+def clang_version(clang: str = "clang") -> tuple[int, int, int] | None:
+    """`clang --version` as (major, minor, patch); None when clang is not installed."""
+    path = shutil.which(clang)
+    if path is None:
+        return None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"clang version (\d+)\.(\d+)\.(\d+)", out)
+    if m is None:
+        return None
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def clang_version_problem(version: tuple[int, int, int] | None) -> str:
+    """One actionable line when `version` cannot build the tracer, else ""."""
+    if version is None:
+        return "clang is not installed: it builds the LBR tracer (apt-get install clang)"
+    if version[0] >= MIN_CLANG:
+        return ""
+    have = ".".join(map(str, version))
+    return (
+        f"clang {have} is too old to build the LBR tracer: pytest-lbr needs clang >= "
+        f"{MIN_CLANG} (apt-get install clang-14, then make -C bpf CLANG=clang-14)"
+    )
+
+
+def tracer_not_built() -> str:
+    """Why there is no tracer object: the make to run, and clang's problem if it has one."""
+    msg = f"LBR tracer not built: {TRACER_OBJECT} missing (run: make -C bpf)"
+    problem = clang_version_problem(clang_version())
+    return f"{msg}; {problem}" if problem else msg
 
 
 def try_load_fexit(function: str = "vfs_write") -> None:

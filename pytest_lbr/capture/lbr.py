@@ -26,6 +26,7 @@ __all__ = [
     "TRACER_SYMBOLS",
     "BranchFlags",
     "LbrCapture",
+    "branch_events_problem",
     "branch_kind",
     "decode_branches",
     "decode_flags",
@@ -198,9 +199,29 @@ def _has_caps() -> bool:
     return False
 
 
+def branch_events_problem(exc: OSError) -> str:
+    """The probe's line for a failed perf_event_open of the LBR-enabling events."""
+    if exc.errno == errno.ENOENT:
+        return (
+            "no PMU: perf_event_open(PERF_TYPE_HARDWARE, cycles, branch stack) failed "
+            "with ENOENT (a VM without a virtual PMU?)"
+        )
+    if exc.errno == errno.EOPNOTSUPP:
+        return "the PMU has no LBR: perf_event_open(branch stack) failed with EOPNOTSUPP"
+    if exc.errno == errno.EBUSY:
+        # x86 keeps LBR, BTS and Intel PT mutually exclusive (x86_add_exclusive()
+        # in arch/x86/events/core.c): another user of one of them holds it.
+        return (
+            "the LBR is in use by another perf user or a hypervisor: perf_event_open(branch "
+            "stack) failed with EBUSY (Intel PT or BTS tracing, e.g. perf record -e intel_pt//, "
+            "or the hypervisor's own LBR use); stop that user and retry"
+        )
+    return f"perf_event_open(branch stack) failed: {exc}"
+
+
 def _probe() -> str:
     from pytest_lbr.capture import hooks, perf
-    from pytest_lbr.libbpf import BpfError, lib
+    from pytest_lbr.libbpf import BpfError, lib, libbpf_version, libbpf_version_problem
     from pytest_lbr.targets import parse_target
 
     if not _has_caps():
@@ -208,7 +229,10 @@ def _probe() -> str:
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         return "no kernel BTF at /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF)"
     if not hooks.TRACER_OBJECT.exists():
-        return f"LBR tracer not built: {hooks.TRACER_OBJECT} missing (run: make -C bpf)"
+        return hooks.tracer_not_built()
+    too_old = libbpf_version_problem(libbpf_version())
+    if too_old:
+        return too_old
     try:
         hooks.try_load_fexit()
     except (CaptureError, BpfError) as exc:
@@ -218,14 +242,7 @@ def _probe() -> str:
     try:
         events = perf.open_branch_events("any")
     except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return (
-                "no PMU: perf_event_open(PERF_TYPE_HARDWARE, cycles, branch stack) failed "
-                "with ENOENT (a VM without a virtual PMU?)"
-            )
-        if exc.errno == errno.EOPNOTSUPP:
-            return "the PMU has no LBR: perf_event_open(branch stack) failed with EOPNOTSUPP"
-        return f"perf_event_open(branch stack) failed: {exc}"
+        return branch_events_problem(exc)
     try:
         helper = lib.libbpf_probe_bpf_helper(
             _BPF_PROG_TYPE_KPROBE, _BPF_FUNC_get_branch_snapshot, None
