@@ -13,20 +13,13 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent
-#: Examples whose traces have a BPF program as target (see GRAPH_PROGRAM_SPLIT_61).
-PROGRAM_TARGETS = ("xdp_filter", "tc_classifier", "cpu_stamp")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    from tests.known_bugs import GRAPH_PROGRAM_SPLIT_61
-
     for item in items:
-        path = Path(str(item.path))
-        if path.is_relative_to(EXAMPLES):
+        if Path(str(item.path)).is_relative_to(EXAMPLES):
             item.add_marker(pytest.mark.kernel)
-            if path.relative_to(EXAMPLES).parts[0] in PROGRAM_TARGETS:
-                item.add_marker(GRAPH_PROGRAM_SPLIT_61)
 
 
 @pytest.fixture

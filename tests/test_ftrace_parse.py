@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -250,3 +251,44 @@ def test_glob_matching_over_the_whole_file_agrees_with_fnmatch() -> None:
         core = [n for n, m in names if m is None and fnmatch.fnmatchcase(n, pattern)]
         assert matching_functions(text, pattern, modules=False) == core, pattern
     assert matching_functions(text, "tcp_*")  # the check above was not vacuous
+
+
+def _interrupt_in_the_middle(text: str, after: str) -> str:
+    """The same capture with its own timer interrupt (irq_enter_rcu .. idle_cpu,
+    real lines recorded earlier in the same guest) moved to just after the line
+    containing `after`: what a timer tick in the middle of a program run records."""
+    head = [ln for ln in text.splitlines() if ln.startswith("#")]
+    body = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    start = next(i for i, ln in enumerate(body) if "irq_enter_rcu+" in ln)
+    end = next(i for i, ln in enumerate(body) if "idle_cpu+" in ln and i > start)
+    block, rest = body[start : end + 1], body[:start] + body[end + 1 :]
+    at = next(i for i, ln in enumerate(rest) if after in ln)
+    stamp = rest[at].split(": ", 1)[0].split()[-1]  # the timestamp of that line
+    moved = [re.sub(r"\d+\.\d+(?=: )", stamp, ln, count=1) for ln in block]
+    return "\n".join(head + rest[: at + 1] + moved + rest[at + 1 :]) + "\n"
+
+
+def _cpu_stamp_hits(text: str) -> list[Hit]:
+    records = parse_trace(text)
+    ksyms = _prog_ksyms(records)
+    target = parse_target("prog:name:cpu_stamp")
+    return build_hits([target], [lambda f, a: f in ksyms], {}, {}, records)
+
+
+def test_timer_interrupt_inside_a_program_run_changes_nothing() -> None:
+    """6.1 guest, cpu_stamp: a tick between two of the program's calls (and one
+    inside a helper, under htab_lock_bucket's lock) leaves one hit with exactly
+    the calls of the quiet run: no split, no machinery, no call hidden."""
+    text = (DATA / "ftrace-6.1-cpu_stamp.txt").read_text()
+    quiet = _cpu_stamp_hits(text)
+    assert len(quiet) == 1
+    assert Trace(hits=quiet).functions()[:3] == [
+        "bpf_prog_2d7664d87015412e_cpu_stamp",
+        "bpf_get_smp_processor_id",
+        "bpf_prog_2d7664d87015412e_cpu_stamp",
+    ]
+    for after in ("__htab_map_lookup_elem+0x0", "htab_map_update_elem+0x0", "lookup_elem_raw+0x0"):
+        noisy = _cpu_stamp_hits(_interrupt_in_the_middle(text, after))
+        assert len(noisy) == 1, (after, [str(Trace(hits=[h])) for h in noisy])
+        assert noisy[0].branches == quiet[0].branches, after
+        _assert_program_scope(noisy[0])

@@ -14,7 +14,6 @@ from pytest_lbr.capture.graph import probe_graph
 from pytest_lbr.model import Trace
 from pytest_lbr.tracer import Tracer
 from tests.bpf.objects import bpf_object
-from tests.known_bugs import GRAPH_PROGRAM_SPLIT_61
 
 pytestmark = pytest.mark.kernel
 
@@ -47,7 +46,6 @@ def test_probe_available() -> None:
     assert cap.available, cap.reason
 
 
-@GRAPH_PROGRAM_SPLIT_61
 def test_bpf_program_helpers(xdp_helpers) -> None:
     before = _tracefs_state()
     with Tracer(backend="graph").trace(xdp_helpers) as trace:
@@ -80,7 +78,6 @@ def _assert_only_the_program(trace) -> None:
         assert hit.branches[0].kind == "call", str(trace)
 
 
-@GRAPH_PROGRAM_SPLIT_61
 @pytest.mark.parametrize(("runs", "repeat"), [(1, 1), (2, 1), (1, 3)])
 def test_one_hit_per_run(xdp_helpers, runs: int, repeat: int) -> None:
     with Tracer(backend="graph").trace(xdp_helpers) as trace:
