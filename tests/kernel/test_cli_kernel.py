@@ -63,6 +63,28 @@ def test_trace_prints_a_hit_in_the_documented_format() -> None:
     assert not leftovers()
 
 
+def test_trace_disasm_shows_the_call_instruction() -> None:
+    """--disasm: capstone over the debug vmlinux (6.1) or /proc/kcore (6.12)."""
+    res = cli("trace", "kfunc:vfs_write", "--count", "1", "--disasm")
+    keep_output("trace-disasm", res)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert HIT.fullmatch(lines[0]), res.stdout
+    assert "-> vfs_write+0x0" in lines[1]
+    insns = []
+    for line in lines[2:]:
+        if not line.startswith("    "):
+            break
+        if not line.startswith("    . inlined "):  # 6.1: inlined frames of the branch
+            insns.append(line)
+    assert insns and not any("no disassembly" in i for i in insns), res.stdout
+    # The taken branch is marked: the call into vfs_write, inside ksys_write.
+    marked = [i for i in insns if i.startswith("    => ")]
+    assert len(marked) == 1 and "ksys_write+0x" in marked[0], insns
+    assert re.search(r"\bcall\b", marked[0]), insns
+    assert not leftovers()
+
+
 def test_ctrl_c_ends_trace_cleanly() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest_lbr.cli", "trace", "kfunc:vfs_write"],
