@@ -24,7 +24,7 @@ from random import Random
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .cache import FrameCache, cache_dir
+from .cache import FrameCache, cache_dir, gc_paused
 from .dwarf import DwarfLines, Frame, kernel_relative
 
 __all__ = [
@@ -295,17 +295,19 @@ class VmlinuxLines:
 
     def lookup(self, addrs: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
         """Frames (innermost first) for ELF addresses; () where DWARF has nothing."""
-        wanted = set(addrs)
         if self._known is None:
             self._known = self._cache.load() if self._cache else {}
         known = self._known
-        missing = sorted(wanted.difference(known))  # set algebra in C: warm is all lookups
+        with gc_paused():
+            wanted = set(addrs)
+            missing = sorted(wanted.difference(known))  # set algebra in C: warm is all lookups
         if missing:
             found = self._llvm_lookup(missing) if self._llvm else self._dwarf_lookup(missing)
             known.update(found)
             if self._cache is not None:
                 self._cache.save(known)
-        return dict(zip(wanted, map(known.__getitem__, wanted), strict=True))
+        with gc_paused():
+            return dict(zip(wanted, map(known.__getitem__, wanted), strict=True))
 
     def _dwarf_lookup(self, addrs: list[int]) -> dict[int, tuple[Frame, ...]]:
         if self._dwarf is None:
