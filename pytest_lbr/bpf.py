@@ -31,12 +31,13 @@ from pytest_lbr.libbpf import (
     BpfError,
     bpf_test_run_opts,
     check_int,
+    check_ptr,
     lib,
     libbpf_messages,
     prog_info,
 )
 
-__all__ = ["BpfLoadError", "BpfLoader", "BpfObject", "Map", "Program", "RunResult"]
+__all__ = ["BpfLoadError", "BpfLoader", "BpfObject", "Link", "Map", "Program", "RunResult"]
 
 _ELF_MAGIC = b"\x7fELF"
 _EM_BPF = 247
@@ -117,7 +118,9 @@ class BpfObject:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._ptr = _open_and_load(self.path)
-        self._finalizer = weakref.finalize(self, lib.bpf_object__close, self._ptr)
+        #: Links made by `Program.attach()`: destroyed before the object closes.
+        self._links: list[Link] = []
+        self._finalizer = weakref.finalize(self, _close_object, self._ptr, self._links)
         progs: dict[str, Program] = {}
         p = lib.bpf_object__next_program(self._ptr, None)
         while p:
@@ -154,6 +157,12 @@ class BpfObject:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"programs={list(self.programs)}"
         return f"<BpfObject {self.path} {state}>"
+
+
+def _close_object(ptr: int, links: list[Link]) -> None:
+    for link in links:
+        link.close()
+    lib.bpf_object__close(ptr)
 
 
 def _open_and_load(path: Path) -> int:
@@ -259,8 +268,47 @@ class Program:
         ctx_bytes = ctx_out.raw[: opts.ctx_size_out] if ctx_out is not None else None
         return RunResult(retval=opts.retval, data=out, duration_ns=opts.duration, ctx=ctx_bytes)
 
+    def attach(self) -> Link:
+        """Attach the program where its ELF section says (`SEC("tp/syscalls/...")`,
+        `SEC("kprobe/...")`, `SEC("uprobe//path:fn")`, ...), as libbpf's auto-attach
+        does. The link is destroyed by `Link.close()` or when the object closes.
+        Programs that need an interface (XDP, tc) are attached with ip/tc instead.
+        """
+        self._obj._check_open(f"program {self.name}")
+        link = Link(self.name, check_ptr(lib.bpf_program__attach(self._ptr), f"attach {self.name}"))
+        self._obj._links.append(link)
+        return link
+
     def __repr__(self) -> str:
         return f"<Program {self.name} id={self.id} tag={self.tag} type={self.type}>"
+
+
+class Link:
+    """An attachment of a `Program` (a BPF link); a context manager."""
+
+    def __init__(self, program: str, ptr: int) -> None:
+        #: The attached program's name (a link does not keep its object alive).
+        self.program = program
+        self._ptr: int | None = ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        """Detach (idempotent)."""
+        if self._ptr is not None:
+            lib.bpf_link__destroy(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Link {self.program} {'closed' if self.closed else 'attached'}>"
 
 
 class Map:

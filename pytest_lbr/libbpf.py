@@ -207,6 +207,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     ptr = c_void_p
     _proto(cdll, "bpf_program__attach_tracepoint_opts", ptr, ptr, c_char_p, c_char_p, ptr)
     _proto(cdll, "bpf_program__attach_uprobe_opts", ptr, ptr, c_int, c_char_p, c_size_t, ptr)
+    _proto(cdll, "bpf_program__attach", c_void_p, c_void_p)
     _proto(cdll, "bpf_link__fd", c_int, c_void_p)
     _proto(cdll, "bpf_link__destroy", c_int, c_void_p)
     _proto(cdll, "bpf_map__reuse_fd", c_int, c_void_p, c_int)

@@ -8,8 +8,6 @@ from contextlib import closing
 
 import pytest
 
-from pytest_lbr.libbpf import check_ptr, lib
-
 
 @pytest.fixture
 def listener():
@@ -61,16 +59,9 @@ def test_connect_syscall(listener, whole_body_trace):
 def connect_counter(bpf, built):
     """The tracepoint program, loaded and attached to syscalls/sys_enter_connect."""
     obj = bpf.load(built("connect_count"))
-    prog = obj.programs["count_connect"]
-    # The harness loads and test-runs programs; attaching is one libbpf call.
-    link = check_ptr(
-        lib.bpf_program__attach_tracepoint_opts(prog._ptr, b"syscalls", b"sys_enter_connect", None),
-        "attach count_connect",
-    )
-    try:
+    # Attached where its SEC("tracepoint/syscalls/sys_enter_connect") says.
+    with obj.programs["count_connect"].attach():
         yield obj
-    finally:
-        lib.bpf_link__destroy(link)
 
 
 def test_tracepoint_program_counts_connects(connect_counter, listener, lbr):
