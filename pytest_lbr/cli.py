@@ -58,11 +58,15 @@ class _Stop:
 def _disasm_lines(branch: Branch) -> list[str]:
     """The instructions up to the branch's source: the call (or jump) that was taken."""
     from pytest_lbr.symbols import get_symbolizer
-    from pytest_lbr.symbols.disasm import disassemble_function
+    from pytest_lbr.symbols.disasm import disassemble, function_code
 
     addr = branch.src.addr
     try:
-        insns = disassemble_function(get_symbolizer(), addr)
+        # Not annotated with source lines: the branch line above already has them,
+        # and annotating every instruction of every function costs a symbolizer
+        # run per branch (minutes per hit with a debug vmlinux under TCG).
+        start, code = function_code(get_symbolizer(), addr)
+        insns = disassemble(code, start)
     except (OSError, ValueError) as exc:
         return [f"    ; no disassembly at {branch.src.name}: {exc}"]
     # A source address is either the branch instruction itself (LBR) or the return
