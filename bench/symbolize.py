@@ -2,7 +2,8 @@
 
 Compares, on the same address sets, pytest-lbr's symbolizer cold (empty cache,
 new process state), warm (a new VmlinuxLines reading the on-disk cache, as a
-second session would), pyelftools alone (no llvm-symbolizer; small sets only),
+second session would; once with a cache of just these addresses, once with one
+that also holds 100,000 others, as a long-used cache does), pyelftools alone (no llvm-symbolizer; small sets only),
 llvm-symbolizer and binutils addr2line, timed in turns (ours, llvm, addr2line,
 ours, ...) so load swings hit them alike. Prints a markdown table (median of
 --runs runs, with min-max) and writes it to bench/RESULTS-symbolize.md.
@@ -38,6 +39,7 @@ from pytest_lbr.symbols.vmlinux import (  # noqa: E402
 )
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS-symbolize.md"
+BIG = 100_000  # the "large cache" rows: a cache also holding this many other addresses
 
 
 def _default_vmlinux() -> str:
@@ -79,11 +81,18 @@ def main() -> None:
     probe = VmlinuxLines(vmlinux, cache=False)
 
     rows: list[tuple[str, int, list[float]]] = []
+    big = Path(tempfile.mkdtemp(prefix="plbr-bench-big-"))
+    print(f"# a cache of {BIG:,} other addresses", file=sys.stderr)
+    VmlinuxLines(vmlinux, cache_directory=big).lookup(sample_text_addresses(probe, BIG, seed=1))
     for n in sizes:
         addrs = sample_text_addresses(probe, n, seed=n)
         print(f"# {n} addresses", file=sys.stderr)
+        VmlinuxLines(vmlinux, cache_directory=big).lookup(addrs)  # now cached there too
         with tempfile.TemporaryDirectory(prefix="plbr-bench-") as tmp:
             methods = _ours(vmlinux, addrs, Path(tmp))
+            methods[f"pytest-lbr from a {BIG:,}+ address cache"] = partial(
+                _warm, vmlinux, addrs, big
+            )
             if llvm:
                 cmd = [llvm, f"--obj={vmlinux}", "--inlining"]
                 methods[f"{os.path.basename(llvm)} --inlining"] = _external(cmd, addrs)
@@ -97,28 +106,35 @@ def main() -> None:
                     ("pytest-lbr pyelftools only, cold", n, timed(partial(py.lookup, addrs), 1))
                 )
 
+    shutil.rmtree(big, ignore_errors=True)
     table = _table(rows, args.runs, vmlinux)
     print(table)
     RESULTS.write_text(table + "\n")
 
 
+def _consume(found: dict[int, tuple[Frame, ...]]) -> int:
+    """Touch every answer, as a caller building Locations would."""
+    return sum(len(frames) for frames in found.values())
+
+
+def _warm(vmlinux: str, addrs: list[int], cache: Path) -> object:
+    """A new object, as in a new session, answering from the disk cache."""
+    return _consume(VmlinuxLines(vmlinux, cache_directory=cache).lookup(addrs))
+
+
 def _ours(vmlinux: str, addrs: list[int], tmp: Path) -> dict[str, Callable[[], object]]:
     """pytest-lbr cold (a fresh cache directory each call: nothing known yet) and
-    warm (a new object, as in a new session, reading the first cold call's cache).
-    Both touch every frame they get back, as a caller building Locations would."""
+    warm (reading the cache the first cold call wrote: these addresses only)."""
     fresh = iter(range(10**6))
-
-    def consume(found: dict[int, tuple[Frame, ...]]) -> int:
-        return sum(len(frames) for frames in found.values())
 
     def cold() -> object:
         d = tmp / f"cold{next(fresh)}"
-        return consume(VmlinuxLines(vmlinux, cache_directory=d).lookup(addrs))
+        return _consume(VmlinuxLines(vmlinux, cache_directory=d).lookup(addrs))
 
-    def warm() -> object:
-        return consume(VmlinuxLines(vmlinux, cache_directory=tmp / "cold0").lookup(addrs))
-
-    return {"pytest-lbr cold": cold, "pytest-lbr warm (disk cache)": warm}
+    return {
+        "pytest-lbr cold": cold,
+        "pytest-lbr warm (disk cache)": partial(_warm, vmlinux, addrs, tmp / "cold0"),
+    }
 
 
 def _table(rows: list[tuple[str, int, list[float]]], runs: int, vmlinux: str) -> str:

@@ -74,6 +74,23 @@ def test_cache_makes_second_session_warm(vmlinux_61: str, tmp_path) -> None:
     assert any(p.name.endswith(".bin") for p in (tmp_path / "lines").iterdir())
 
 
+def test_sessions_mixing_cached_and_new_addresses(vmlinux_61: str, tmp_path) -> None:
+    """A later session asks for cached and new addresses, then a few of them: each
+    answer is what an uncached lookup gives."""
+    plain = VmlinuxLines(vmlinux_61, cache=False)
+    first = sample_text_addresses(plain, 150, seed=11, functions=5)
+    more = sample_text_addresses(plain, 150, seed=12, functions=5)
+    truth = plain.lookup(first + more)
+    VmlinuxLines(vmlinux_61, cache_directory=tmp_path).lookup(first)
+    second = VmlinuxLines(vmlinux_61, cache_directory=tmp_path)
+    assert second.lookup(first + more) == truth
+    assert second.lookup(more[:3]) == {a: truth[a] for a in more[:3]}
+    third = VmlinuxLines(vmlinux_61, cache_directory=tmp_path)
+    third._llvm_lookup = third._dwarf_lookup = None  # type: ignore[method-assign,assignment]
+    few = first[:5] + more[-5:]
+    assert third.lookup(few) == {a: truth[a] for a in few}
+
+
 def test_wrong_build_id_is_refused_naming_both(vmlinux_61: str) -> None:
     running = running_build_id()
     if running is None:

@@ -24,7 +24,7 @@ from random import Random
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .cache import FrameCache, cache_dir, gc_paused
+from .cache import FrameCache, FrameTable, cache_dir, gc_paused
 from .dwarf import DwarfLines, Frame, kernel_relative
 
 __all__ = [
@@ -229,7 +229,8 @@ class VmlinuxLines:
         self._cache = (
             FrameCache(self.build_id, cache_directory) if cache and self.build_id else None
         )
-        self._known: dict[int, tuple[Frame, ...]] | None = None
+        self._table: FrameTable | None = None  # the disk cache, read on first lookup
+        self._found: dict[int, tuple[Frame, ...]] = {}  # symbolized by this object
 
     # -- symbols ----------------------------------------------------------------
 
@@ -295,19 +296,23 @@ class VmlinuxLines:
 
     def lookup(self, addrs: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
         """Frames (innermost first) for ELF addresses; () where DWARF has nothing."""
-        if self._known is None:
-            self._known = self._cache.load() if self._cache else {}
-        known = self._known
+        if self._table is None:
+            self._table = self._cache.table() if self._cache else FrameTable()
         with gc_paused():
             wanted = set(addrs)
-            missing = sorted(wanted.difference(known))  # set algebra in C: warm is all lookups
+            out = self._table.select(wanted)
+            if len(out) == len(wanted):
+                return out  # all from the disk cache: the warm path
+            rest = wanted.difference(out)
+            missing = sorted(rest.difference(self._found))
         if missing:
             found = self._llvm_lookup(missing) if self._llvm else self._dwarf_lookup(missing)
-            known.update(found)
+            self._found.update(found)
             if self._cache is not None:
-                self._cache.save(known)
+                self._cache.save(self._found)
         with gc_paused():
-            return dict(zip(wanted, map(known.__getitem__, wanted), strict=True))
+            out.update(zip(rest, map(self._found.__getitem__, rest), strict=True))
+        return out
 
     def _dwarf_lookup(self, addrs: list[int]) -> dict[int, tuple[Frame, ...]]:
         if self._dwarf is None:
