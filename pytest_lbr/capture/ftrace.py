@@ -19,9 +19,10 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = [
     "BPF_SYMBOL_RE",
@@ -35,10 +36,14 @@ __all__ = [
     "cleanup_stale_instances",
     "filter_functions_text",
     "find_tracefs",
+    "innermost",
+    "innermost_call",
     "matching_functions",
     "parse_trace",
     "reconstruct",
 ]
+
+T = TypeVar("T")
 
 #: Instances are named INSTANCE_PREFIX-<pid>-<n>; probe groups pytest_lbr_<pid>_<n>.
 INSTANCE_PREFIX = "pytest_lbr"
@@ -449,17 +454,17 @@ def reconstruct(
             # The event first, while the returning frame is still on the stack.
             yield Step("event", None, list(stack), rec)
             func = returns.get(rec.name)
-            depth = _find(stack, func) if func else None
+            depth = innermost_call(stack, func) if func else None
             if depth is not None:
                 yield from pop_to(depth)
             continue
         if rec.parent is not None:
-            depth = _find(stack, rec.parent)
+            depth = innermost_call(stack, rec.parent)
             if depth is None:
                 if BPF_SYMBOL_RE.match(rec.parent):
                     # A BPF function is called from BPF code: whatever the
                     # innermost BPF frame had called has returned.
-                    bpf = _innermost_bpf(stack)
+                    bpf = innermost(stack, lambda f: BPF_SYMBOL_RE.match(f.func))
                     if bpf is not None:
                         yield from pop_to(bpf + 1)
                 unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
@@ -473,15 +478,14 @@ def reconstruct(
     yield from pop_to(0)
 
 
-def _innermost_bpf(stack: list[Frame]) -> int | None:
+def innermost(stack: Sequence[T], found: Callable[[T], object]) -> int | None:
+    """Index of the innermost (last) item of a call stack for which `found` holds."""
     for i in range(len(stack) - 1, -1, -1):
-        if BPF_SYMBOL_RE.match(stack[i].func):
+        if found(stack[i]):
             return i
     return None
 
 
-def _find(stack: list[Frame], func: str) -> int | None:
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i].func == func:
-            return i
-    return None
+def innermost_call(stack: Sequence[Frame], func: str) -> int | None:
+    """Index of the innermost frame of `func` on a call stack."""
+    return innermost(stack, lambda f: f.func == func)

@@ -48,6 +48,8 @@ from pytest_lbr.capture.ftrace import (
     cleanup_stale_instances,
     filter_functions_text,
     find_tracefs,
+    innermost,
+    innermost_call,
     matching_functions,
     parse_trace,
     reconstruct,
@@ -523,7 +525,7 @@ def _program_runs(
             # The program called again: its previous call has returned.
             pop_to(0)
         elif hit is not None:
-            depth = _depth(inner, parent)
+            depth = innermost_call(inner, parent)
             if depth is not None:
                 pop_to(depth + 1)
             elif parent in outer:
@@ -532,7 +534,7 @@ def _program_runs(
                 # A parent never recorded (notrace, inlined copy): nest under the top.
                 inner.append(Frame(parent, rec.parent_addr - rec.parent_off))
         if hit is None:
-            depth = _depth_of(outer, parent)
+            depth = innermost(outer, parent.__eq__)
             if depth is not None:
                 del outer[depth + 1 :]  # the innermost frame of that name
             elif parent:
@@ -544,20 +546,6 @@ def _program_runs(
     if hit is not None:
         close()
     return hits
-
-
-def _depth_of(stack: list[str], func: str) -> int | None:
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i] == func:
-            return i
-    return None
-
-
-def _depth(stack: list[Frame], func: str) -> int | None:
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i].func == func:
-            return i
-    return None
 
 
 def _event_hits(target: Target, event: str, tid: int, steps: list[Step]) -> list[Hit]:
