@@ -40,14 +40,18 @@ def test_round_trip_keeps_every_chain(tmp_path: Path) -> None:
 
 def test_a_few_addresses_and_many_get_the_same_answers(tmp_path: Path) -> None:
     """A lookup much smaller than the table binary-searches it; a large one decodes
-    it all. Both must answer alike, including for addresses the cache lacks."""
+    it all, and one asking for every cached address skips filtering. All must answer
+    alike, including for addresses the cache lacks."""
     entries = _entries(4000, seed=2)
     cache = FrameCache("00ff", tmp_path)
     cache.save(entries)
     absent = {BASE - 1, BASE + 50 * 4000 + 7, max(entries) + 1}
     few = set(random.Random(3).sample(sorted(entries), 4000 // _SEARCH_RATIO // 2)) | absent
     many = set(random.Random(4).sample(sorted(entries), 3000)) | absent
-    for wanted in (few, many):
+    everything = set(entries) | absent
+    # As large as the table but not all of it: the filtering path again.
+    half_and_others = set(sorted(entries)[::2]) | {BASE - 8 * i for i in range(1, 2001)}
+    for wanted in (few, many, everything, half_and_others):
         table = cache.table()  # fresh: nothing decoded yet
         got = table.select(wanted)
         assert got == {a: entries[a] for a in wanted if a in entries}
