@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -400,7 +401,11 @@ class LbrSession:
                     self.traced_ok += 1
 
     def finish(self, session: pytest.Session) -> None:
-        """Exit status for bisecting, and the HTML report (once, not per worker)."""
+        """Exit status for bisecting, the HTML report (once, not per worker), and
+        the line cache saved (per worker)."""
+        symbols = sys.modules.get("pytest_lbr.symbols")
+        if symbols is not None:  # only if something was symbolized
+            symbols.flush_symbolizers()
         if self.enabled and self.traced_unavailable and not self.traced_ok:
             self.unavailable_reason = self.probe()[2]
             session.exitstatus = EXIT_CANNOT_TRACE

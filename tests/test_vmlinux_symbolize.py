@@ -91,6 +91,36 @@ def test_sessions_mixing_cached_and_new_addresses(vmlinux_61: str, tmp_path) -> 
     assert third.lookup(few) == {a: truth[a] for a in few}
 
 
+def test_saves_are_spaced_and_nothing_is_lost(vmlinux_61: str, tmp_path, monkeypatch) -> None:
+    """The first lookup saves at once; later ones within SAVE_INTERVAL wait for
+    flush(), close() or the object's end, and none of them drops a result."""
+    import gc
+
+    from pytest_lbr.symbols import vmlinux as vm_mod
+    from pytest_lbr.symbols.cache import FrameCache
+
+    monkeypatch.setattr(vm_mod, "SAVE_INTERVAL", 3600.0)
+    plain = VmlinuxLines(vmlinux_61, cache=False)
+    a, b, c, d = (sample_text_addresses(plain, 20, seed=s, functions=2) for s in (21, 22, 23, 24))
+    lines = VmlinuxLines(vmlinux_61, cache_directory=tmp_path)
+    disk = FrameCache(lines.build_id, tmp_path)
+
+    lines.lookup(a)
+    assert set(a) <= disk.load().keys()
+    lines.lookup(b)
+    assert not set(b) & disk.load().keys()  # waiting
+    lines.flush()
+    assert set(b) <= disk.load().keys()
+    lines.lookup(c)
+    lines.close()
+    assert set(c) <= disk.load().keys()
+    lines.lookup(d)
+    del lines
+    gc.collect()
+    assert set(d) <= disk.load().keys()
+    assert disk.load() == plain.lookup(a + b + c + d)
+
+
 def test_wrong_build_id_is_refused_naming_both(vmlinux_61: str) -> None:
     running = running_build_id()
     if running is None:

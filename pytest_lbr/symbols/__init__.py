@@ -17,7 +17,7 @@ from .dwarf import Frame
 from .kallsyms import KernelSymbols, Symbol
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 
-__all__ = ["Symbolizer", "frames_to_location", "get_symbolizer", "use_vmlinux"]
+__all__ = ["Symbolizer", "flush_symbolizers", "frames_to_location", "get_symbolizer", "use_vmlinux"]
 
 
 def frames_to_location(
@@ -169,3 +169,13 @@ def get_symbolizer(vmlinux: str | None = None) -> Symbolizer:
         if sym is None:
             sym = _symbolizers[vmlinux] = Symbolizer(vmlinux)
         return sym
+
+
+def flush_symbolizers() -> None:
+    """Save what the process's symbolizers have looked up and not yet written to
+    the line cache (they save at most every few seconds; the pytest plugin calls
+    this when a session ends)."""
+    with _symbolizers_lock:
+        for sym in _symbolizers.values():
+            if sym.lines is not None:
+                sym.lines.flush()
