@@ -53,8 +53,9 @@ TARGET_STARTUP = 1.1  # pytest --lbr start-up <= 1.1x plain pytest
 LIMITS = {
     "cold": "fixed start-up of a cold lookup (open the 600 MB ELF, check its build-id, "
     "start llvm-symbolizer, write the cache) dominates small sets",
-    "warm": "a warm lookup builds a Python dict entry and frame tuples per address "
-    "(~2 us each): nothing for a trace's few hundred addresses, not 20x native at 100,000",
+    "warm": "a warm lookup still builds Python objects per address (a dict entry, a tuple "
+    "per frame chain, ~1 us each): nothing for a trace's few hundred addresses, close to "
+    "the line at 100,000 on a loaded machine",
     "attach": "see section 2: what an arm costs beyond glob expansion (tracer load, the "
     "kprobe.multi link, the per-CPU perf events) under TCG",
     "startup": "the plugin imports its session module and trace model at start-up "
