@@ -92,7 +92,6 @@ class FrameTable:
         self._starts = array("I", [0])
         self._links = array("I")
         self._frame_fields = array("I")
-        self._frames: list[Frame] | None = None
         self._stacks: list[Stack] | None = None
         self._memo: dict[int, Stack] = {}
         if data:
