@@ -32,6 +32,7 @@ __all__ = [
     "FunctionRecord",
     "Instance",
     "Step",
+    "TRACEFS_MOUNTS",
     "TracefsError",
     "cleanup_stale_instances",
     "filter_functions_text",
@@ -47,7 +48,8 @@ T = TypeVar("T")
 
 #: Instances are named INSTANCE_PREFIX-<pid>-<n>; probe groups pytest_lbr_<pid>_<n>.
 INSTANCE_PREFIX = "pytest_lbr"
-_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+#: Where tracefs is mounted, the usual place first.
+TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 _INSTANCE_RE = re.compile(rf"^{INSTANCE_PREFIX}-(\d+)-\d+$")
 #: kallsyms names of JITed BPF functions: bpf_prog_<tag>[_<name>].
 BPF_SYMBOL_RE = re.compile(r"^bpf_prog_[0-9a-f]{16}(?:_|$)")
@@ -60,13 +62,13 @@ class TracefsError(OSError):
 
 def find_tracefs(mount: bool = True) -> Path | None:
     """The tracefs mount point, mounting it at /sys/kernel/tracing if allowed."""
-    for path in _MOUNTS:
+    for path in TRACEFS_MOUNTS:
         if os.path.exists(os.path.join(path, "trace")):
             return Path(path)
-    if mount and os.path.isdir(_MOUNTS[0]):
-        os.system(f"mount -t tracefs nodev {_MOUNTS[0]} 2>/dev/null")
-        if os.path.exists(os.path.join(_MOUNTS[0], "trace")):
-            return Path(_MOUNTS[0])
+    if mount and os.path.isdir(TRACEFS_MOUNTS[0]):
+        os.system(f"mount -t tracefs nodev {TRACEFS_MOUNTS[0]} 2>/dev/null")
+        if os.path.exists(os.path.join(TRACEFS_MOUNTS[0], "trace")):
+            return Path(TRACEFS_MOUNTS[0])
     return None
 
 

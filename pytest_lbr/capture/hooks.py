@@ -41,7 +41,11 @@ from types import TracebackType
 from typing import Any
 
 from pytest_lbr.capture import CaptureError
-from pytest_lbr.capture.ftrace import filter_functions_text, matching_functions
+from pytest_lbr.capture.ftrace import (
+    TRACEFS_MOUNTS,
+    filter_functions_text,
+    matching_functions,
+)
 from pytest_lbr.libbpf import BpfError, check_int, lib, libbpf_messages, prog_info
 from pytest_lbr.targets import Target
 
@@ -695,11 +699,8 @@ def _check_in_btf(target: Target) -> None:
         lib.btf__free(btf)
 
 
-_TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-
-
 def _filter_functions_text() -> str | None:
-    for root in _TRACEFS:
+    for root in TRACEFS_MOUNTS:
         try:
             return filter_functions_text(root)
         except OSError:
