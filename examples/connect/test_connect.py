@@ -4,7 +4,9 @@ around the syscall, and a tracepoint program that counts connects."""
 import os
 import socket
 import struct
+import subprocess
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +45,27 @@ def whole_body_trace(lbr):
     assert lbr.traces[0].has_path("__sys_connect", "tcp_v4_connect")
 
 
+@pytest.fixture
+def settled_tcp(listener):
+    """The same kernel state for the traced connect whatever ran before it.
+
+    TCP keeps metrics per destination from earlier connections: whether the connect
+    finds an entry for 127.0.0.1 (`__tcp_get_metrics -> addr_same`) depends on what
+    earlier tests left behind. Start with none and save none while the test runs
+    (needs iproute2's `ip`). Then one untraced connect does the first-use work a
+    fresh boot would otherwise do inside the trace (the route cache entry, the
+    ephemeral-port secret)."""
+    knob = Path("/proc/sys/net/ipv4/tcp_no_metrics_save")
+    old = knob.read_text()
+    knob.write_text("1\n")
+    try:
+        subprocess.run(["ip", "tcp_metrics", "flush", "all"], check=True, capture_output=True)
+        connect(listener)
+        yield
+    finally:
+        knob.write_text(old)
+
+
 # The marker form: the whole test body is traced, the golden check runs after it.
 # The kernel refills its batched random numbers (get_random_u32 -> crng_*) every so
 # many calls: that is not the connect path under test, so it stays out of the golden.
@@ -51,7 +74,7 @@ def whole_body_trace(lbr):
     golden=True,
     exclude=("get_random_*", "_get_random_bytes", "crng_*", "chacha_*"),
 )
-def test_connect_syscall(listener, whole_body_trace):
+def test_connect_syscall(listener, whole_body_trace, settled_tcp):
     connect(listener)
 
 
