@@ -12,7 +12,7 @@ For each glob, per run:
 
 The guest has no PMU, so the per-CPU branch events are software events with
 the same attributes (as the kernel tests do); everything else is the real
-path. Must run as root in a guest that allows kprobes (ci/qemu/run).
+path. Must run as root in a guest that allows kprobes (pytest-lbr vm).
 
     python bench/attach.py [--runs 3] [--glob 'tcp_*' --glob '...'] [--out FILE]
 """

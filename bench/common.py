@@ -38,8 +38,9 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
+# Appended: the installed pytest-lbr (the wheel ci/setup builds) wins over the checkout.
 if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""The guest half of bench/run: pytest runs this file inside the ci/qemu guest.
+"""The guest half of bench/run: pytest runs this file inside the 6.12 guest (pytest-lbr vm).
 
-ci/qemu/run only runs pytest, so each guest benchmark is one test here; it
+pytest-lbr vm runs pytest, so each guest benchmark is one test here; it
 calls the benchmark's `main` with the arguments bench/run left in
 `bench-config.json` in the results directory (PYTEST_LBR_RESULTS) and writes
 `<name>.json` beside it. On the host the tests skip: they need a guest.

@@ -2,7 +2,7 @@
 
 Host: `pytest --lbr` start-up (bench/startup.py) and symbolization
 (bench/symbolize.py, which also writes bench/RESULTS-symbolize.md).
-Guest (6.12 under ci/qemu/run): per-test cost, graph overhead, ring buffer
+Guest (6.12 under pytest-lbr vm): per-test cost, graph overhead, ring buffer
 throughput and loss accounting, mass attach vs bpftrace (bench/guest_bench.py
 runs them there). Every part writes JSON into the results directory; the
 report is built from those files, so `--report-only` re-renders it.
@@ -138,12 +138,19 @@ def run_guest(args: argparse.Namespace, results: Path) -> None:
     }
     if args.only:
         config["benchmarks"] = args.only.split(",")
-    (results / "bench-config.json").write_text(json.dumps(config, indent=1))
+    from pytest_lbr.vm import kernel_label, resolve_kernel
+
+    # pytest-lbr vm gives each kernel its own results subdirectory (PYTEST_LBR_RESULTS).
+    guest = results / kernel_label(args.kernel, resolve_kernel(args.kernel))
+    guest.mkdir(parents=True, exist_ok=True)
+    (guest / "bench-config.json").write_text(json.dumps(config, indent=1))
     for name in config.get("benchmarks", config["args"]):
         (results / f"{name}.json").unlink(missing_ok=True)
+        (guest / f"{name}.json").unlink(missing_ok=True)
     status = _run(
         [
-            str(REPO / "ci" / "qemu" / "run"),
+            str(Path(sys.executable).parent / "pytest-lbr"),
+            "vm",
             "--kernel",
             args.kernel,
             "--results",
@@ -159,6 +166,9 @@ def run_guest(args: argparse.Namespace, results: Path) -> None:
         ],
         3600,
     )
+    for name in config.get("benchmarks", config["args"]):
+        if (guest / f"{name}.json").exists():
+            shutil.copy(guest / f"{name}.json", results / f"{name}.json")
     (results / "guest.status").write_text(f"{status}\n")
 
 
@@ -572,7 +582,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--results", type=Path, help="JSON results dir (default /tmp/plbr-bench-<time>)"
     )
-    ap.add_argument("--kernel", default="6.12", help="guest kernel for ci/qemu/run (default 6.12)")
+    ap.add_argument(
+        "--kernel", default="6.12", help="guest kernel for pytest-lbr vm (default 6.12)"
+    )
     ap.add_argument("--skip-host", action="store_true", help="no host benchmarks")
     ap.add_argument("--skip-symbolize", action="store_true", help="no symbolization benchmark")
     ap.add_argument("--skip-guest", action="store_true", help="no guest benchmarks")

@@ -5,7 +5,7 @@ CLANG ?= clang
 # Debian keeps <asm/types.h> under the multiarch include dir, which -target bpf
 # does not search.
 MULTIARCH := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
-              -idirafter /usr/include/$(MULTIARCH)
+BPF_CFLAGS_ANY_ARCH := -g -O2 -target bpf -Wall -Werror -idirafter /usr/include/$(MULTIARCH)
+BPF_CFLAGS := $(BPF_CFLAGS_ANY_ARCH) -D__TARGET_ARCH_$(ARCH)
 Q := $(if $(V),,@)
 .DELETE_ON_ERROR:

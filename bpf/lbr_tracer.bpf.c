@@ -14,6 +14,19 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
+#if defined(__TARGET_ARCH_arm64) && !defined(__aarch64__)
+/*
+ * The arm64 object is cross-built against the build host's uapi headers, which
+ * lack arm64's; PT_REGS_RC() needs only this layout (uapi asm/ptrace.h, stable ABI).
+ */
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+#endif
+
 #include "lbr_tracer.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -1,35 +1,47 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Records the LBR tracer (lbr_tracer.bpf.c) sends to user space
- * (pytest_lbr/capture/hooks.py).  Python reads the #define constants from
- * this file and mirrors struct lbr_hit with ctypes; a test checks the mirror
- * against the BTF of the built object.
+ * (pytest_lbr/capture/hooks.py).  Python reads the constants (enums) and
+ * the size of struct lbr_hit from the BTF of the object it loads, and
+ * mirrors struct lbr_hit with ctypes; a test checks the mirror against that BTF.
  */
 #ifndef __LBR_TRACER_H
 #define __LBR_TRACER_H
 
-/* Branch records one hit carries (LBR depth of current Intel/AMD parts). */
-#define LBR_MAX_ENTRIES 32
-/* CPUs the per-CPU snapshot array covers; must be a power of two. */
-#define LBR_MAX_CPUS 1024
-/* Ring buffer size in bytes (a power of two, multiple of the page size). */
-#define LBR_RINGBUF_SIZE (4 * 1024 * 1024)
+/*
+ * Constants are enums, not #defines, so that they reach the object's BTF:
+ * user space reads them from the object it loads, never from this file.
+ */
+enum lbr_limits {
+	/* Branch records one hit carries (LBR depth of current Intel/AMD parts). */
+	LBR_MAX_ENTRIES = 32,
+	/* CPUs the per-CPU snapshot array covers; must be a power of two. */
+	LBR_MAX_CPUS = 1024,
+	/* Ring buffer size in bytes (a power of two, multiple of the page size). */
+	LBR_RINGBUF_SIZE = 4 * 1024 * 1024,
+};
 
 /* Every record starts with a type tag. */
-#define LBR_RECORD_HIT 1
+enum lbr_record_type {
+	LBR_RECORD_HIT = 1,
+};
 
 /* Hook kinds (struct lbr_hit.hook). */
-#define LBR_HOOK_FENTRY 1
-#define LBR_HOOK_FEXIT 2
-#define LBR_HOOK_KPROBE 3
-#define LBR_HOOK_KRETPROBE 4
-#define LBR_HOOK_KPROBE_MULTI 5
-#define LBR_HOOK_TRACEPOINT 6
-#define LBR_HOOK_UPROBE 7
-#define LBR_HOOK_URETPROBE 8
+enum lbr_hook_kind {
+	LBR_HOOK_FENTRY = 1,
+	LBR_HOOK_FEXIT = 2,
+	LBR_HOOK_KPROBE = 3,
+	LBR_HOOK_KRETPROBE = 4,
+	LBR_HOOK_KPROBE_MULTI = 5,
+	LBR_HOOK_TRACEPOINT = 6,
+	LBR_HOOK_UPROBE = 7,
+	LBR_HOOK_URETPROBE = 8,
+};
 
-/* struct lbr_hit.flags */
-#define LBR_HIT_HAS_RETVAL 1
+/* struct lbr_hit.flags bits */
+enum lbr_hit_flags {
+	LBR_HIT_HAS_RETVAL = 1,
+};
 
 /* Same layout as uapi struct perf_branch_entry (24 bytes). */
 struct lbr_entry {
@@ -47,8 +59,8 @@ struct lbr_config {
 };
 
 struct lbr_hit {
-	__u32 type;         /* LBR_RECORD_HIT */
-	__u32 hook;         /* LBR_HOOK_* */
+	enum lbr_record_type type; /* first: every record starts with its tag */
+	enum lbr_hook_kind hook;
 	__u64 cookie;       /* target index << 32 | function index within a glob */
 	__u64 func_ip;      /* traced function's address where the hook knows it */
 	__u64 ts_ns;        /* bpf_ktime_get_ns() */
@@ -58,7 +70,7 @@ struct lbr_hit {
 	__u32 tid;
 	__s32 snapshot_ret; /* bpf_get_branch_snapshot() return: bytes or -errno */
 	__u32 nr_entries;
-	__u32 flags;        /* LBR_HIT_* */
+	enum lbr_hit_flags flags;
 	struct lbr_entry entries[LBR_MAX_ENTRIES];
 };
 

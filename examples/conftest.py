@@ -1,8 +1,8 @@
 """Shared set-up for the example suite.
 
 Every example needs a tracing kernel as root, so each test is marked `kernel`:
-on a laptop it is skipped with the reason, in the ci/qemu guests a skip is a
-failure (PYTEST_LBR_STRICT). The BPF objects are built by `make -C examples`.
+on a laptop it is skipped with the reason, in a `pytest-lbr vm` guest a skip is
+a failure (the plugin's strict guest mode). The BPF objects are built by `make -C examples`.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pytest_lbr.errors import UserError
 from pytest_lbr.libbpf import (
     BpfError,
     bpf_test_run_opts,
@@ -37,7 +38,17 @@ from pytest_lbr.libbpf import (
     prog_info,
 )
 
-__all__ = ["BpfLoadError", "BpfLoader", "BpfObject", "Link", "Map", "Program", "RunResult"]
+__all__ = [
+    "BpfLoadError",
+    "BpfLoader",
+    "BpfObject",
+    "BpfObjectNotFound",
+    "Link",
+    "Map",
+    "NotABpfObject",
+    "Program",
+    "RunResult",
+]
 
 _ELF_MAGIC = b"\x7fELF"
 _EM_BPF = 247
@@ -66,6 +77,14 @@ class BpfLoadError(BpfError):
         for chunk in self.log.split("-- BEGIN PROG LOAD LOG --\n")[1:]:
             parts.append(chunk.split("-- END PROG LOAD LOG --")[0])
         return "".join(parts)
+
+
+class BpfObjectNotFound(UserError, FileNotFoundError):
+    """`bpf.load(path)`: no file there; the message names every place tried."""
+
+
+class NotABpfObject(UserError, BpfLoadError):
+    """`bpf.load(path)`: the file is not a BPF ELF object (clang -target bpf)."""
 
 
 @dataclass(frozen=True)
@@ -172,17 +191,17 @@ def _open_and_load(path: Path) -> int:
         with path.open("rb") as f:
             head = f.read(20)
     except FileNotFoundError:
-        raise FileNotFoundError(
+        raise BpfObjectNotFound(
             errno.ENOENT, "BPF object not found (build it first?)", shown
         ) from None
     except IsADirectoryError:
         raise IsADirectoryError(errno.EISDIR, "BPF object path is a directory", shown) from None
     if head[:4] != _ELF_MAGIC:
-        raise BpfLoadError(
+        raise NotABpfObject(
             errno.ENOEXEC, f"{shown} is not an ELF file (expected a clang -target bpf .o)"
         )
     if int.from_bytes(head[18:20], "little") != _EM_BPF:
-        raise BpfLoadError(
+        raise NotABpfObject(
             errno.ENOEXEC, f"{shown} is an ELF file but not a BPF object (e_machine != EM_BPF)"
         )
     with libbpf_messages() as log:
@@ -413,22 +432,36 @@ class Map:
 class BpfLoader:
     """Loads BPF objects and closes them all at once: the `bpf` fixture.
 
-    A relative path is looked up as given (from the current directory), then
-    under `base_dir` (the fixture passes the test module's directory).
+    A relative path is looked up under `base_dir` first (the fixture passes the
+    test module's directory), then from the current directory.
     """
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir is not None else None
         self._objects: list[BpfObject] = []
 
+    def resolve(self, path: str | os.PathLike[str]) -> Path:
+        """Where `path` is: itself if absolute, else beside the test module, else in the cwd.
+
+        Raises BpfObjectNotFound naming every place it looked for a relative path.
+        """
+        p = Path(path)
+        if p.is_absolute():
+            return p  # a missing file is reported when it is opened
+        tried = [(Path.cwd() / p, "working directory")]
+        if self.base_dir is not None:
+            tried.insert(0, (self.base_dir / p, "beside the test module"))
+        for candidate, _ in tried:
+            if candidate.exists():
+                return candidate
+        where = ", ".join(f"{c} ({why})" for c, why in tried)
+        raise BpfObjectNotFound(
+            errno.ENOENT, f"BPF object not found (build it first?); tried {where}", str(path)
+        )
+
     def load(self, path: str | os.PathLike[str]) -> BpfObject:
         """Open and load a BPF ELF object; raises BpfLoadError with the verifier log."""
-        p = Path(path)
-        if not p.is_absolute() and not p.exists() and self.base_dir is not None:
-            candidate = self.base_dir / p
-            if candidate.exists():
-                p = candidate
-        obj = BpfObject(p)
+        obj = BpfObject(self.resolve(path))
         self._objects.append(obj)
         return obj
 

@@ -238,7 +238,7 @@ def _root() -> DoctorCheck:
         "root",
         False,
         f"running as uid {os.geteuid()}: BPF tracing and ftrace need root",
-        "run as root (sudo pytest-lbr ...), or in a guest: ci/qemu/run --kernel 6.12",
+        "run as root (sudo pytest-lbr ...), or in a guest: pytest-lbr vm --kernel 6.12",
     )
 
 
@@ -263,7 +263,7 @@ def _fentry() -> DoctorCheck:
             "fentry",
             False,
             f"fexit program on vfs_write does not load: {why}",
-            "trace in a guest with a stock kernel: ci/qemu/run --kernel 6.12 (docs/ci.md)",
+            "trace in a guest with a stock kernel: pytest-lbr vm --kernel 6.12 (docs/ci.md)",
         )
     return DoctorCheck("fentry", True, "fexit program on vfs_write loads")
 
@@ -281,7 +281,7 @@ def _kprobe_multi() -> DoctorCheck:
             False,
             f"neither kprobe.multi nor single kprobes attach to vfs_write: {exc.strerror}",
             "needs CONFIG_KPROBES=y (and CONFIG_FPROBE=y for kprobe.multi): run in a guest "
-            "(ci/qemu/run --kernel 6.12)",
+            "(pytest-lbr vm --kernel 6.12)",
         )
     if notes:
         return DoctorCheck(
@@ -308,7 +308,7 @@ def _pmu() -> DoctorCheck:
     except OSError as exc:
         fix = (
             "no hardware PMU here (a VM without vPMU?): on an Intel KVM host boot the guest "
-            "with -cpu host,pmu=on (ci/qemu/run does, docs/ci.md)"
+            "with -cpu host,pmu=on (pytest-lbr vm does, docs/ci.md)"
         )
         return DoctorCheck(
             "PMU", False, f"perf_event_open(cycles) failed: {os.strerror(exc.errno or 0)}", fix
@@ -346,7 +346,7 @@ def _graph() -> DoctorCheck:
         False,
         cap.reason,
         "the graph backend needs the ftrace function tracer as root: run in a guest "
-        "(ci/qemu/run --kernel 6.12)",
+        "(pytest-lbr vm --kernel 6.12)",
     )
 
 
@@ -449,6 +449,12 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("a", metavar="A.lbr")
     df.add_argument("b", metavar="B.lbr")
     df.add_argument("--max-lines", type=int, default=400, help=argparse.SUPPRESS)
+    sub.add_parser(
+        "vm",
+        help="boot kernels with virtme-ng and run pytest or a command in each "
+        "(pytest-lbr vm --help)",
+        add_help=False,
+    )
     dr = sub.add_parser("doctor", help="what this machine can trace, and the fix for what not")
     dr.add_argument("--vmlinux", metavar="PATH", help="debug vmlinux to check")
     return parser
@@ -460,6 +466,11 @@ def main(
     """Entry point of the `pytest-lbr` console script."""
     out = out or sys.stdout
     err = err or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["vm"]:  # its own parser: everything after `--` goes to pytest
+        from pytest_lbr.vm import main as vm_main
+
+        return vm_main(argv[1:])
     try:
         args = build_parser().parse_args(argv)
         command = {"trace": _trace, "diff": _diff, "doctor": _doctor}[args.cmd]

@@ -164,6 +164,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "btf__load_from_kernel_by_id", c_void_p, c_uint32)
     _proto(cdll, "btf__load_vmlinux_btf", c_void_p)
     _proto(cdll, "btf__free", None, c_void_p)
+    _proto(cdll, "btf__parse_elf", c_void_p, c_char_p, c_void_p)
     _proto(cdll, "btf__str_by_offset", c_char_p, c_void_p, c_uint32)
     _proto(cdll, "btf__type_by_id", c_void_p, c_void_p, c_uint32)
     _proto(cdll, "btf__find_by_name_kind", c_int, c_void_p, c_char_p, c_uint32)

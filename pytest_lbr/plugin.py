@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from pytest_lbr import guest
+from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
 from pytest_lbr.session import (
     BACKEND_CHOICES,
     FILTER_CHOICES,
@@ -72,6 +74,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest = flag.lstrip("-").replace("-", "_")
         group.addoption(flag, dest=dest, default=None, **kwargs)
         parser.addini(dest, f"default for {flag}", type=ini_type)  # type: ignore[arg-type]
+    group.addoption(
+        "--lbr-run-kernel-tests",
+        dest="lbr_run_kernel_tests",
+        action="store_true",
+        help="run tests marked kernel on this machine, not only in pytest-lbr vm guests",
+    )
+    group.addoption(
+        "--lbr-shard",
+        dest="lbr_shard",
+        metavar="I/N",
+        help="run only shard I of N of the collected tests (a CI matrix of N runners)",
+    )
+    parser.addini(
+        "lbr_strict",
+        "inside a pytest-lbr vm guest, a skipped kernel test fails unless marked allow_skip",
+        type="bool",
+        default=True,
+    )
     parser.addini(
         "lbr_golden_exclude", "extra functions (globs) left out of golden traces", type="linelist"
     )
@@ -89,6 +109,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "sort_hits=False): trace targets for the whole test body; golden=True compares with "
         "the golden trace afterwards",
     )
+    config.addinivalue_line("markers", guest.KERNEL_MARKER)
+    config.addinivalue_line("markers", guest.ALLOW_SKIP_MARKER)
+    # Its pytest_runtest_logreport sees every test's reports, on the xdist controller too.
+    config.pluginmanager.register(guest.TallyCounter(), "lbr-tally")
     session = config.stash[SESSION_KEY] = LbrSession(config)
     # Registered as a plugin too, for pytest_runtest_logreport (which gets no config and
     # runs on the xdist controller for every worker's reports).
@@ -100,6 +124,7 @@ def _session(config: pytest.Config) -> LbrSession:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    guest.select(config, items)
     _session(config).add_marker_fixture(items)
 
 
@@ -115,6 +140,19 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     _session(item.config).on_report(item, call, report)
+    if call.excinfo is not None and report.failed and not isinstance(report.longrepr, str):
+        report.longrepr = one_line(call.excinfo) or report.longrepr
+    guest.enforce_strict(item, report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    if report.failed and bcc_import_failed(str(report.longrepr)):
+        report.longrepr = f"{collector.nodeid}: cannot import bcc: {BCC_MISSING}"
     return report
 
 
@@ -143,11 +181,14 @@ def lbr(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
 
 
 @pytest.fixture
-def bpf() -> Generator[Any, None, None]:
-    """A `BpfLoader`: `bpf.load(path) -> BpfObject`; everything loaded is closed at teardown."""
+def bpf(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
+    """A `BpfLoader`: `bpf.load(path) -> BpfObject`; everything loaded is closed at teardown.
+
+    A relative path is found beside the test module first, then in the working directory.
+    """
     from pytest_lbr.bpf import BpfLoader  # type: ignore[import-not-found,unused-ignore]
 
-    loader = BpfLoader()
+    loader = BpfLoader(request.path.parent)
     try:
         yield loader
     finally:

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_lbr.errors import UserError
+
 __all__ = ["Target", "TargetError", "parse_target", "parse_targets"]
 
 _TAG_RE = re.compile(r"^[0-9a-f]{16}$")
@@ -23,7 +25,7 @@ _FORMS = (
 )
 
 
-class TargetError(ValueError):
+class TargetError(UserError, ValueError):
     """A target that cannot be parsed or resolved; the message is one actionable line."""
 
 

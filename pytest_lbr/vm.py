@@ -1,18 +1,24 @@
-"""The kernel VM runner: boot a kernel with virtme-ng and run pytest inside it as root.
+"""`pytest-lbr vm`: boot kernels with virtme-ng and run pytest (or any command) in them.
 
-Host side (`ci/qemu/run` calls `python -m pytest_lbr.vm run ...`):
-    picks the kernel image, KVM or TCG, LBR passthrough where the host has it,
-    runs `vng`, watches for boot and for the end, and returns pytest's exit status.
-Guest side (`python -m pytest_lbr.vm guest ...`, started by vng --exec):
-    mounts bpffs/tracefs/debugfs, runs pytest with JUnit XML, saves dmesg and
-    writes pytest's exit status to the results directory: that file is the
-    status channel, so a guest that never got there (no boot, panic, hang) is
-    told apart from a failing test.
+Host side (`pytest-lbr vm --kernel 6.1 --kernel 6.12 -- PYTEST ARGS`): picks
+each kernel image, KVM or TCG, LBR passthrough where the host has it, runs one
+`vng` guest per kernel (side by side, bounded by the host's cores), watches for
+boot and for the end, and prints one summary with one exit status (the worst).
+The guest starts in the caller's working directory (virtme-ng shares the host's
+root filesystem read-only), so relative paths and node ids are as on the host;
+only the results directory and `--rw` directories are writable.
+
+Guest side (`python -m pytest_lbr.vm guest ...`, started by vng --exec): mounts
+bpffs/tracefs/debugfs, runs pytest (JUnit XML, the trace report) or the command,
+saves dmesg and writes the exit status to the results directory: that file is
+the status channel, so a guest that never got there (no boot, panic, hang) is
+told apart from a failing test.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import fcntl
 import glob
 import hashlib
@@ -25,57 +31,119 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
+
+from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, Shard, Tally, read_tally
+from pytest_lbr.symbols.cache import cache_dir
 
 __all__ = [
-    "GuestSummary",
+    "EXIT_NO_GUEST",
+    "EXIT_SKIP",
+    "GuestResult",
     "VmError",
+    "VmPlan",
     "build_command",
     "kvm_usable",
     "lbr_passthrough_opts",
     "main",
     "resolve_kernel",
     "run_vm",
-    "summarize_junit",
+    "worst_status",
 ]
 
-REPO = Path(__file__).resolve().parent.parent
 STARTED = "started"
 STATUS = "status"
-#: Exit status when the guest never reported one (boot failure, panic, hang).
-EXIT_NO_GUEST = 3
+#: Exit status when a guest never reported one (no boot, panic, hang, a tool missing).
+#: Not one of pytest's own (0-5), so a caller can tell "the guest never ran" apart.
+EXIT_NO_GUEST = 6
+#: `git bisect run`'s "cannot test this commit": every infrastructure failure under --bisect.
+EXIT_SKIP = 125
+#: Results directory, relative to the caller's working directory.
+DEFAULT_RESULTS = "lbr-results"
+
+_print_lock = threading.Lock()
 
 
 class VmError(RuntimeError):
     """The VM could not be set up or did not report back; the message says why."""
 
 
+def _say(message: str) -> None:
+    with _print_lock:
+        print(f"[vm] {message}", file=sys.stderr, flush=True)
+
+
 # -- host side -------------------------------------------------------------------
 
 
 def resolve_kernel(spec: str) -> Path:
-    """'6.1' / '6.12' -> the newest installed /boot/vmlinuz of that series; else a path."""
+    """What vng boots for a --kernel value.
+
+    '6.1' / '6.12': the newest installed /boot/vmlinuz-<series>.*; a file: that
+    image; a directory: a kernel tree built with `vng --build` (vng boots it
+    with its modules).
+    """
     if re.fullmatch(r"\d+\.\d+", spec):
         found = sorted(
             glob.glob(f"/boot/vmlinuz-{spec}.*"),
             key=lambda p: [int(x) if x.isdigit() else 0 for x in re.split(r"[.-]", p)],
         )
         if not found:
-            raise VmError(f"no /boot/vmlinuz-{spec}.* installed (run ci/setup)")
+            raise VmError(
+                f"no kernel {spec} installed (/boot/vmlinuz-{spec}.*): install one "
+                f"(Debian: apt-get install linux-image-{spec}-amd64 or linux-image-amd64) "
+                "or pass --kernel PATH"
+            )
         return Path(found[-1])
     path = Path(spec)
+    if path.is_dir():
+        if (
+            not (path / "arch" / _kernel_arch() / "boot" / "bzImage").exists()
+            and not (path / "arch" / _kernel_arch() / "boot" / "Image").exists()
+        ):
+            raise VmError(f"{spec} is a directory but not a built kernel tree (vng --build)")
+        return path.resolve()
     if not path.is_file():
         raise VmError(f"kernel image {spec!r} does not exist")
-    return path
+    return path.resolve()
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "pytest-lbr"
+def _kernel_arch() -> str:
+    return {"x86_64": "x86", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+def kernel_label(spec: str, image: Path) -> str:
+    """The results subdirectory and summary name of a kernel: its series or image name."""
+    return spec if re.fullmatch(r"\d+\.\d+", spec) else image.name
+
+
+def _boot_image(kernel: Path) -> Path:
+    """The bootable image of a kernel (the bzImage inside a built tree)."""
+    if kernel.is_dir():
+        for name in ("bzImage", "Image"):
+            image = kernel / "arch" / _kernel_arch() / "boot" / name
+            if image.exists():
+                return image
+    return kernel
+
+
+def find_tools() -> Path:
+    """vng's path; VmError naming what to install when vng, QEMU or busybox is missing."""
+    here = Path(sys.executable).parent
+    vng = shutil.which("vng") or (str(here / "vng") if (here / "vng").exists() else None)
+    if vng is None:
+        raise VmError("virtme-ng is not installed: pip install 'pytest-lbr[vm]'")
+    qemu = f"qemu-system-{platform.machine()}"
+    if shutil.which(qemu) is None:
+        raise VmError(f"{qemu} is not installed: apt-get install qemu-system-x86 (Debian/Ubuntu)")
+    if shutil.which("busybox") is None:
+        raise VmError("virtme-ng needs busybox: apt-get install busybox-static (Debian/Ubuntu)")
+    return Path(vng)
 
 
 def kvm_usable(kernel: Path, timeout: float = 20.0) -> tuple[bool, str]:
@@ -91,7 +159,7 @@ def kvm_usable(kernel: Path, timeout: float = 20.0) -> tuple[bool, str]:
     if qemu is None:
         return False, "qemu-system-x86_64 not installed"
     key = hashlib.sha1(f"{os.uname().release}|{qemu}|{kernel}".encode()).hexdigest()[:12]
-    cache = _cache_dir() / f"kvm-probe-{key}.json"
+    cache = cache_dir() / f"kvm-probe-{key}.json"
     try:
         saved = json.loads(cache.read_text())
         return bool(saved["usable"]), str(saved["why"])
@@ -174,7 +242,7 @@ def claim_results_dir(wanted: Path) -> Path:
             continue
         _held_locks.append(fd)
         if n > 1:
-            print(f"[vm] {wanted} is in use by another run; using {path}", file=sys.stderr)
+            _say(f"{wanted} is in use by another run; using {path}")
         return path
     raise VmError(f"no free results directory next to {wanted}")
 
@@ -186,6 +254,7 @@ _held_locks: list[int] = []
 class VmPlan:
     """Everything decided before boot; `command` is what --dry-run prints."""
 
+    label: str
     kernel: Path
     results: Path
     command: list[str]
@@ -196,19 +265,25 @@ class VmPlan:
 def build_command(
     kernel: Path,
     results: Path,
-    pytest_args: Sequence[str],
+    args: Sequence[str],
     *,
+    label: str = "",
+    execute: str | None = None,
     memory: str = "2G",
     cpus: int | None = None,
     kvm: bool | None = None,
     append: str = "",
     rw: Sequence[Path] = (),
     kernel_log: bool = False,
+    strict: bool = True,
+    cwd: Path | None = None,
+    vng: Path | None = None,
 ) -> VmPlan:
-    """The vng command line that runs pytest in the guest."""
-    vng = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
+    """The vng command line that runs pytest `args` (or the command `execute`) in the guest."""
+    vng = vng or find_tools()
+    cwd = cwd or Path.cwd()
     if kvm is None:
-        kvm, accel_why = kvm_usable(kernel)
+        kvm, accel_why = kvm_usable(_boot_image(kernel))
     else:
         accel_why = "forced by option"
     if cpus is None:
@@ -220,29 +295,18 @@ def build_command(
     lbr_why = "TCG guest: no PMU, so no LBR"
     if kvm:
         qemu_opts, lbr_why = lbr_passthrough_opts()
-    guest = [
-        sys.executable,
-        "-m",
-        "pytest_lbr.vm",
-        "guest",
-        "--results",
-        str(results),
-        "--",
-        *pytest_args,
-    ]
-    cmd = [
-        vng,
-        "--run",
-        str(kernel),
-        "--memory",
-        memory,
-        "--cpus",
-        str(cpus),
-        "--rwdir",
-        str(results),
-    ]
+    guest = [sys.executable, "-m", "pytest_lbr.vm", "guest", "--results", str(results)]
+    if not strict:
+        guest.append("--no-strict")
+    if execute is not None:
+        guest += ["--exec", execute]
+    guest += ["--", *args]
+    cmd = [str(vng), "--run", str(kernel), "--memory", memory, "--cpus", str(cpus)]
+    cmd += ["--rwdir", str(results)]
     for path in rw:
         cmd += ["--rwdir", str(path)]
+    if os.geteuid() != 0:
+        cmd += ["--user", "root"]  # tracing needs root in the guest
     if not kvm:
         cmd.append("--disable-kvm")
     if qemu_opts:
@@ -251,13 +315,35 @@ def build_command(
         cmd += ["--append", append]
     if kernel_log:  # the kernel's console (boot, oops, panic) into the console log
         cmd.append("--verbose")
-    cmd += ["--exec", f"cd {shlex.quote(str(REPO))} && {shlex.join(guest)}"]
+    cmd += ["--exec", f"cd {shlex.quote(str(cwd))} && {shlex.join(guest)}"]
     accel = f"{'KVM' if kvm else 'TCG'} ({accel_why})"
-    return VmPlan(kernel, results, cmd, accel, lbr_why)
+    return VmPlan(label or kernel.name, kernel, results, cmd, accel, lbr_why)
 
 
-def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 300.0) -> int:
-    """Run the plan; return pytest's exit status from the guest.
+def _pump(proc: subprocess.Popen[bytes], console: BinaryIO, prefix: str | None) -> None:
+    """Copy what the guest printed to the console log and to stdout (line-prefixed)."""
+    assert proc.stdout is not None
+    chunk = proc.stdout.read()
+    if not chunk:
+        return
+    console.write(chunk)
+    with _print_lock:
+        if prefix is None:
+            sys.stdout.buffer.write(chunk)
+        else:
+            for line in chunk.splitlines(keepends=True):
+                sys.stdout.buffer.write(prefix.encode() + line)
+        sys.stdout.flush()
+
+
+def run_vm(
+    plan: VmPlan,
+    *,
+    timeout: float = 1500.0,
+    boot_timeout: float = 300.0,
+    prefix: str | None = None,
+) -> int:
+    """Run the plan; return the guest command's exit status.
 
     Raises VmError (with the console tail) when the guest never reports a status:
     it did not start within `boot_timeout`, panicked, or ran past `timeout`.
@@ -282,15 +368,9 @@ def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 300.0
         os.set_blocking(proc.stdout.fileno(), False)
         why = ""
         while True:
-            chunk = proc.stdout.read()
-            if chunk:
-                console.write(chunk)
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
+            _pump(proc, console, prefix)
             if proc.poll() is not None:
-                rest = proc.stdout.read() or b""
-                console.write(rest)
-                sys.stdout.buffer.write(rest)
+                _pump(proc, console, prefix)
                 break
             elapsed = time.monotonic() - start
             if elapsed > boot_timeout and not (plan.results / STARTED).exists():
@@ -307,7 +387,7 @@ def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 300.0
         return int(status_file.read_text().strip() or EXIT_NO_GUEST)
     if not why:
         started = (plan.results / STARTED).exists()
-        why = f"guest exited (vng status {proc.returncode}) without reporting pytest's status: " + (
+        why = f"guest exited (vng status {proc.returncode}) without reporting a status: " + (
             "it panicked or was killed mid-run" if started else "it failed to boot"
         )
     tail = console_path.read_bytes().decode(errors="replace").strip().splitlines()[-15:]
@@ -316,38 +396,50 @@ def run_vm(plan: VmPlan, *, timeout: float = 1500.0, boot_timeout: float = 300.0
         if "--verbose" in plan.command
         else " (rerun with --kernel-log to see the kernel console)"
     )
-    raise VmError(
-        f"{plan.kernel.name}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail)
-    )
+    raise VmError(f"{plan.label}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail))
 
 
 @dataclass
-class GuestSummary:
-    """Counts from a guest's JUnit XML, split into kernel tests and the rest."""
+class GuestResult:
+    """How one kernel's guest ended."""
 
-    kernel_ran: int = 0
-    kernel_failed: int = 0
-    kernel_skipped: int = 0
-    other_ran: int = 0
-    other_failed: int = 0
-    other_skipped: int = 0
+    label: str
+    status: int
+    results: Path
+    tally: Tally | None = None
+    error: str = ""
+
+    def line(self) -> str:
+        """One summary line: counts, and the exit status."""
+        if self.error:
+            return f"{self.label}: no result: {self.error.splitlines()[0]} (exit {self.status})"
+        if self.tally is None:
+            return f"{self.label}: exit {self.status} (results in {self.results})"
+        t = self.tally
+        return (
+            f"{self.label}: {t.passed} passed, {t.failed} failed, {t.skipped} skipped; "
+            f"kernel tests ran: {t.kernel_ran} (exit {self.status}; results in {self.results})"
+        )
 
 
-def summarize_junit(path: Path) -> GuestSummary:
-    """Count testcases; kernel tests are those under tests/kernel or examples/."""
-    s = GuestSummary()
-    for case in ET.parse(path).getroot().iter("testcase"):
-        cls = case.get("classname", "")
-        kernel = cls.startswith(("tests.kernel", "examples"))
-        if case.find("skipped") is not None:
-            attr = "skipped"
-        elif case.find("failure") is not None or case.find("error") is not None:
-            attr = "failed"
-        else:
-            attr = "ran"
-        name = f"{'kernel' if kernel else 'other'}_{attr}"
-        setattr(s, name, getattr(s, name) + 1)
-    return s
+#: From best to worst: a run's status is its worst guest's.
+_SEVERITY = [0, 5, 1, 2, 4, 3]
+
+
+def worst_status(statuses: Sequence[int]) -> int:
+    """The status that says most: any failure beats success, a missing guest beats all."""
+    if not statuses:
+        return EXIT_NO_GUEST
+
+    def rank(status: int) -> int:
+        return _SEVERITY.index(status) if status in _SEVERITY else len(_SEVERITY)
+
+    return max(statuses, key=rank)
+
+
+def bisect_status(status: int) -> int:
+    """`git bisect run`'s view of a status: 0 good, 1 bad, anything else 125 (skip)."""
+    return status if status in (0, 1) else EXIT_SKIP
 
 
 # -- guest side ------------------------------------------------------------------
@@ -360,8 +452,10 @@ def _mount(fstype: str, target: str) -> None:
     subprocess.run(["mount", "-t", fstype, fstype, target], check=False)
 
 
-def guest_main(results: Path, pytest_args: list[str]) -> int:
-    """Inside the VM: mount, run pytest, save dmesg, write the status file."""
+def guest_main(
+    results: Path, args: list[str], *, execute: str | None = None, strict: bool = True
+) -> int:
+    """Inside the VM: mount, run pytest (or the command), save dmesg, write the status file."""
     (results / STARTED).write_text(f"{platform.release()}\n")
     _mount("bpf", "/sys/fs/bpf")
     _mount("tracefs", "/sys/kernel/tracing")
@@ -375,20 +469,19 @@ def guest_main(results: Path, pytest_args: list[str]) -> int:
     env = dict(
         os.environ,
         TMPDIR=str(tmpdir),
-        PYTEST_LBR_GUEST="1",
-        PYTEST_LBR_STRICT="1",
         PYTHONDONTWRITEBYTECODE="1",
-        PYTEST_LBR_RESULTS=str(results),
+        **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={results / 'junit.xml'}",
-        *pytest_args,
-    ]
+    if execute is not None:
+        cmd = ["sh", "-c", execute]
+    else:
+        # -P: like the `pytest` command, not `python -m pytest`, the working directory is
+        # not put on sys.path (a checkout of the plugin must not shadow the installed one).
+        cmd = [sys.executable, "-P", "-m", "pytest", "-p", "no:cacheprovider"]
+        cmd.append(f"--junitxml={results / 'junit.xml'}")
+        if not any(a == "--lbr-report" or a.startswith("--lbr-report=") for a in args):
+            cmd.append(f"--lbr-report={results / 'report'}")
+        cmd += args
     print(f"[guest {platform.release()}] {shlex.join(cmd)}", flush=True)
     status = subprocess.run(cmd, env=env, check=False).returncode
     dmesg = subprocess.run(["dmesg"], capture_output=True, check=False)
@@ -399,77 +492,172 @@ def guest_main(results: Path, pytest_args: list[str]) -> int:
 
 # -- command line ----------------------------------------------------------------
 
+USAGE = """pytest-lbr vm [--kernel K]... [options] [-- PYTEST ARGS]
+       pytest-lbr vm --kernel K --exec "COMMAND"
+"""
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m pytest_lbr.vm run|guest ...` (ci/qemu/run is `run`)."""
-    parser = argparse.ArgumentParser(prog="ci/qemu/run", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="boot a kernel and run pytest in it")
-    run.add_argument("--kernel", required=True, help="6.1, 6.12 or a kernel image path")
-    run.add_argument(
-        "--results", type=Path, help="results dir (default: results/<kernel image name>)"
+
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--shard {text!r}: ")) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `pytest-lbr vm` options."""
+    parser = argparse.ArgumentParser(
+        prog="pytest-lbr vm",
+        usage=USAGE,
+        description="Boot kernels with virtme-ng and run pytest (or a command) in each, as root, "
+        "in this directory. Exit status: pytest's (the worst over kernels); "
+        f"{EXIT_NO_GUEST} when a guest never reported (no boot, panic, hang, tool missing).",
     )
-    run.add_argument("--memory", default="2G")
-    run.add_argument("--cpus", type=int, help="vCPUs (default: 2 with KVM, 1 under TCG)")
-    run.add_argument("--timeout", type=float, default=1500.0, help="whole-run limit, seconds")
-    run.add_argument(
-        "--boot-timeout", type=float, default=300.0, help="limit for the guest to start"
+    parser.add_argument(
+        "--kernel",
+        action="append",
+        default=[],
+        metavar="K",
+        help="6.1, 6.12 (newest installed /boot/vmlinuz-<series>.*), a kernel image, or a "
+        "tree built with vng --build; repeat for several (default: 6.12)",
     )
-    run.add_argument("--append", default="", help="extra kernel command line")
-    run.add_argument(
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help=f"results directory; one subdirectory per kernel (default: ./{DEFAULT_RESULTS})",
+    )
+    parser.add_argument(
         "--rw",
         type=Path,
         action="append",
         default=[],
-        help="also make this host directory writable in the guest (e.g. to update golden files)",
+        metavar="DIR",
+        help="make this directory writable in the guest (e.g. to update golden files)",
     )
-    accel = run.add_mutually_exclusive_group()
+    parser.add_argument("--exec", dest="execute", metavar="COMMAND", help="run COMMAND, not pytest")
+    parser.add_argument("--shard", type=_shard, metavar="I/N", help="run shard I of N")
+    parser.add_argument(
+        "--bisect",
+        action="store_true",
+        help="exit 0 (good), 1 (bad) or 125 (skip: anything that is not a test verdict)",
+    )
+    parser.add_argument(
+        "--no-strict",
+        dest="strict",
+        action="store_false",
+        help="let kernel tests skip in the guest (default: a skip fails unless allow_skip)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, help="guests at once (default: as many as the host's cores hold)"
+    )
+    parser.add_argument("--memory", default="2G")
+    parser.add_argument(
+        "--cpus", type=int, help="vCPUs per guest (default: 2 with KVM, 1 under TCG)"
+    )
+    parser.add_argument("--timeout", type=float, default=1500.0, help="whole-run limit, seconds")
+    parser.add_argument(
+        "--boot-timeout", type=float, default=300.0, help="limit for the guest to start"
+    )
+    parser.add_argument("--append", default="", help="extra kernel command line")
+    accel = parser.add_mutually_exclusive_group()
     accel.add_argument("--kvm", dest="kvm", action="store_true", default=None, help="force KVM")
     accel.add_argument("--tcg", dest="kvm", action="store_false", help="force TCG (no KVM)")
-    run.add_argument(
+    parser.add_argument(
         "--kernel-log", action="store_true", help="show the kernel console (to debug a panic)"
     )
-    run.add_argument("--dry-run", action="store_true", help="print the command and exit")
-    run.add_argument("pytest_args", nargs="*", help="arguments for pytest in the guest (after --)")
-    guest = sub.add_parser("guest", help="(inside the VM) run pytest and report")
-    guest.add_argument("--results", type=Path, required=True)
-    guest.add_argument("pytest_args", nargs="*")
-    args = parser.parse_args(argv)
+    parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    return parser
 
-    if args.cmd == "guest":
-        return guest_main(args.results, args.pytest_args)
+
+def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
+    vng = find_tools()
+    root = (args.results or Path.cwd() / DEFAULT_RESULTS).resolve()
+    if args.shard is not None:
+        pytest_args = [f"--lbr-shard={args.shard}", *pytest_args]
+    plans = []
+    for spec in args.kernel or ["6.12"]:
+        kernel = resolve_kernel(spec)
+        label = kernel_label(spec, kernel)
+        wanted = root / label
+        results = wanted if args.dry_run else claim_results_dir(wanted)
+        plans.append(
+            build_command(
+                kernel,
+                results,
+                pytest_args,
+                label=label,
+                execute=args.execute,
+                memory=args.memory,
+                cpus=args.cpus,
+                kvm=args.kvm,
+                append=args.append,
+                rw=[p.resolve() for p in args.rw],
+                kernel_log=args.kernel_log,
+                strict=args.strict,
+                vng=vng,
+            )
+        )
+    return plans
+
+
+def _run_one(plan: VmPlan, args: argparse.Namespace, prefix: str | None) -> GuestResult:
+    _say(f"{plan.label}: {plan.kernel}; {plan.accel}; {plan.lbr}; results in {plan.results}")
     try:
-        kernel = resolve_kernel(args.kernel)
-        results = claim_results_dir(args.results or REPO / "results" / kernel.name)
-        plan = build_command(
-            kernel,
-            results,
-            args.pytest_args,
-            memory=args.memory,
-            cpus=args.cpus,
-            kvm=args.kvm,
-            append=args.append,
-            rw=[p.resolve() for p in args.rw],
-            kernel_log=args.kernel_log,
-        )
-        if args.dry_run:
-            print(shlex.join(plan.command))
-            return 0
-        print(f"[vm] {kernel.name}: {plan.accel}; {plan.lbr}; results in {results}", flush=True)
-        status = run_vm(plan, timeout=args.timeout, boot_timeout=args.boot_timeout)
+        status = run_vm(plan, timeout=args.timeout, boot_timeout=args.boot_timeout, prefix=prefix)
     except VmError as exc:
-        print(f"[vm] error: {exc}", file=sys.stderr)
-        return EXIT_NO_GUEST
-    junit = results / "junit.xml"
-    if junit.exists():
-        s = summarize_junit(junit)
-        print(
-            f"[vm] {kernel.name}: kernel tests ran in the guest: {s.kernel_ran} passed, "
-            f"{s.kernel_failed} failed, {s.kernel_skipped} skipped; "
-            f"other tests: {s.other_ran} passed, {s.other_failed} failed, {s.other_skipped} skipped",
-            flush=True,
+        _say(f"error: {exc}")
+        return GuestResult(plan.label, EXIT_NO_GUEST, plan.results, error=str(exc))
+    tally = None if args.execute is not None else read_tally(plan.results)
+    return GuestResult(plan.label, status, plan.results, tally)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`pytest-lbr vm ...` (and, inside the VM, `python -m pytest_lbr.vm guest ...`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["guest"]:
+        return _guest_cli(argv[1:])
+    pytest_args: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, pytest_args = argv[:at], argv[at + 1 :]
+    args = build_parser().parse_args(argv)
+    if args.execute is not None and pytest_args:
+        _say("error: --exec runs a command instead of pytest: drop the pytest arguments after --")
+        return 4
+    try:
+        plans = _plans(args, pytest_args)
+    except VmError as exc:
+        _say(f"error: {exc}")
+        return EXIT_SKIP if args.bisect else EXIT_NO_GUEST
+    if args.dry_run:
+        for plan in plans:
+            print(shlex.join(plan.command))
+        return 0
+    cpus_each = plans[0].command[plans[0].command.index("--cpus") + 1]
+    jobs = args.jobs or max(1, (os.cpu_count() or 1) // max(1, int(cpus_each)))
+    prefixed = len(plans) > 1 and jobs > 1
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(
+            pool.map(lambda p: _run_one(p, args, f"[{p.label}] " if prefixed else None), plans)
         )
+    for r in results:
+        _say(r.line())
+    status = worst_status([r.status for r in results])
+    if args.bisect:
+        status = bisect_status(status)
+    if len(results) > 1:
+        _say(f"exit {status} (the worst of {', '.join(f'{r.label}: {r.status}' for r in results)})")
     return status
+
+
+def _guest_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_lbr.vm guest")
+    parser.add_argument("--results", type=Path, required=True)
+    parser.add_argument("--exec", dest="execute")
+    parser.add_argument("--no-strict", dest="strict", action="store_false")
+    parser.add_argument("args", nargs="*")
+    args = parser.parse_args(argv)
+    return guest_main(args.results, args.args, execute=args.execute, strict=args.strict)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_lbr
 from pytest_lbr.tracer import Tracer
 
 pytest_plugins = ["pytester"]
@@ -136,7 +137,7 @@ def test_not_root_skips_with_the_reason_or_errors_with_require(
             ("/sys/kernel",),
             "tracefs is not mounted and cannot be mounted at /sys/kernel/tracing",
         ),
-        ("lbr", (str(ROOT / "bpf" / "build"),), "LBR tracer not built: "),
+        ("lbr", (str(Path(pytest_lbr.__file__).parent / "objects"),), "LBR tracer object missing "),
         ("lbr", ("LIBBPF",), "cannot load libbpf (libbpf.so.1): "),
     ],
     ids=["no-btf", "no-tracefs", "tracer-not-built", "no-libbpf"],

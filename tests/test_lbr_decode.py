@@ -13,17 +13,13 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pytest_lbr.capture.hooks import (
-    TRACER_OBJECT,
-    LbrHitRecord,
-    _Config,
-    _decode_record,
-    header_constants,
-)
+from pytest_lbr.capture.hooks import _Config, _decode_record, hit_record_type
 from pytest_lbr.capture.lbr import branch_kind, decode_branches, decode_flags, trim_tracer
+from pytest_lbr.capture.tracer_object import tracer_layout, tracer_object
 from pytest_lbr.model import Location
 
 CALL, RET, COND, UNCOND, IND_CALL = 4, 6, 1, 2, 5
@@ -161,25 +157,21 @@ def test_trim_keeps_all_when_nothing_is_the_tracer(ksyms: Kallsyms) -> None:
     assert trim_tracer(raw, lambda loc: loc.symbol == "no_such_function") == raw
 
 
-def test_hit_record_mirror_matches_the_header() -> None:
-    c = header_constants()
-    assert c["LBR_MAX_ENTRIES"] == 32
-    assert ctypes.sizeof(LbrHitRecord) == 64 + 24 * c["LBR_MAX_ENTRIES"]
+@pytest.fixture(scope="module")
+def tracer() -> Path:
+    """The packaged tracer object of this install (the one the LBR backend loads)."""
+    try:
+        return tracer_object()
+    except FileNotFoundError as exc:
+        pytest.skip(f"{exc.filename} not built (make -C bpf)")
 
 
-@pytest.mark.parametrize(
-    ("struct_name", "mirror"), [("lbr_hit", LbrHitRecord), ("lbr_config", _Config)]
-)
-def test_mirrors_match_the_object_btf(struct_name: str, mirror: type[ctypes.Structure]) -> None:
-    if not TRACER_OBJECT.exists():
-        pytest.skip(f"{TRACER_OBJECT} not built (make -C bpf)")
+def _btf_struct(obj: Path, struct_name: str) -> tuple[int, list[tuple[str, int]]]:
+    """(size, [(member, byte offset)]) of a struct in `obj`'s BTF, as bpftool prints it."""
     if shutil.which("bpftool") is None:
         pytest.skip("bpftool is not installed")
     dump = subprocess.run(
-        ["bpftool", "btf", "dump", "file", str(TRACER_OBJECT)],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["bpftool", "btf", "dump", "file", str(obj)], capture_output=True, text=True, check=True
     ).stdout
     lines = dump.splitlines()
     start = next(i for i, line in enumerate(lines) if f"STRUCT '{struct_name}'" in line)
@@ -188,17 +180,41 @@ def test_mirrors_match_the_object_btf(struct_name: str, mirror: type[ctypes.Stru
     for line in lines[start + 1 :]:
         if not line.startswith("\t"):
             break
-        name = line.split("'")[1]
-        members.append((name, int(line.split("bits_offset=")[1]) // 8))
+        members.append((line.split("'")[1], int(line.split("bits_offset=")[1]) // 8))
+    return size, members
+
+
+def test_layout_comes_from_the_object_btf(tracer: Path) -> None:
+    layout = tracer_layout(tracer)
+    size, members = _btf_struct(tracer, "lbr_hit")
+    assert (layout.hit_size, layout.max_entries) == (size, 32)
+    assert layout.constants["LBR_RECORD_HIT"] == 1
+    assert layout.constants["LBR_HOOK_FEXIT"] == 2
+    assert layout.constants["LBR_HIT_HAS_RETVAL"] == 1
+    assert ctypes.sizeof(hit_record_type(layout.max_entries)) == 64 + 24 * layout.max_entries
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_every_arch_object_has_the_same_layout(tracer: Path, arch: str) -> None:
+    assert tracer_layout(tracer_object(arch)) == tracer_layout(tracer)
+
+
+@pytest.mark.parametrize("struct_name", ["lbr_hit", "lbr_config"])
+def test_mirrors_match_the_object_btf(tracer: Path, struct_name: str) -> None:
+    mirror = (
+        hit_record_type(tracer_layout(tracer).max_entries) if struct_name == "lbr_hit" else _Config
+    )
+    size, members = _btf_struct(tracer, struct_name)
     fields = [(n.rstrip("_"), getattr(mirror, n).offset) for n, *_ in mirror._fields_]
     assert members == fields
     assert size == ctypes.sizeof(mirror)
 
 
-def test_ring_buffer_record_decodes(ksyms: Kallsyms) -> None:
+def test_ring_buffer_record_decodes(ksyms: Kallsyms, tracer: Path) -> None:
     entries, _ = _fexit_vfs_write(ksyms)
-    c = header_constants()
-    rec = LbrHitRecord(
+    layout = tracer_layout(tracer)
+    c = layout.constants
+    rec: Any = hit_record_type(layout.max_entries)(
         type=c["LBR_RECORD_HIT"],
         hook=c["LBR_HOOK_FEXIT"],
         cookie=3 << 32 | 7,
@@ -212,7 +228,7 @@ def test_ring_buffer_record_decodes(ksyms: Kallsyms) -> None:
     )
     for i, (src, dst, fl) in enumerate(entries):
         rec.entries[i].from_, rec.entries[i].to, rec.entries[i].flags = src, dst, fl
-    hit = _decode_record(bytes(rec))
+    hit = _decode_record(bytes(rec), layout)
     assert (hit.target, hit.function, hit.retval, hit.cpu, hit.pid, hit.tid) == (
         3,
         7,

@@ -62,21 +62,25 @@ def test_missing_clang_is_one_line() -> None:
 def test_tracer_not_built_names_clang_only_when_it_is_the_problem(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    base = f"LBR tracer not built: {hooks.TRACER_OBJECT} missing (run: make -C bpf)"
+    missing = "/x/pytest_lbr/objects/lbr_tracer.riscv64.bpf.o"
+    base = (
+        f"LBR tracer object missing from this install: {missing} "
+        "(reinstall pytest-lbr; in a source tree run: make -C bpf)"
+    )
     if shutil.which("clang") is not None:
-        assert hooks.tracer_not_built() == base
+        assert hooks.tracer_not_built(missing) == base
     # An old clang first on PATH: a script answering --version as clang 10 does.
     fake = tmp_path / "clang"
     fake.write_text("#!/bin/sh\necho 'Ubuntu clang version 10.0.0-4ubuntu1'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
     assert hooks.clang_version() == (10, 0, 0)
-    assert hooks.tracer_not_built() == base + "; " + hooks.clang_version_problem((10, 0, 0))
+    assert hooks.tracer_not_built(missing) == base + "; " + hooks.clang_version_problem((10, 0, 0))
     # No clang on PATH at all.
     fake.unlink()
     monkeypatch.setenv("PATH", str(tmp_path))
     assert hooks.clang_version() is None
-    assert hooks.tracer_not_built() == base + "; " + hooks.clang_version_problem(None)
+    assert hooks.tracer_not_built(missing) == base + "; " + hooks.clang_version_problem(None)
 
 
 def test_busy_lbr_is_one_actionable_line(monkeypatch: pytest.MonkeyPatch) -> None:

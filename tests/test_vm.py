@@ -1,9 +1,15 @@
-"""The VM runner, from the host: dry run, exit status propagation, boot failures.
+"""`pytest-lbr vm` from the host: dry runs, kernel choice, exit statuses, boot failures.
 
-The boot tests start real virtme-ng guests (about a minute under TCG each)."""
+The boot tests start real virtme-ng guests (about a minute under TCG each). The
+guest-side plugin behaviour (strict mode, shards, the tally) is in
+tests/test_guest_mode.py.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 import subprocess
 import sys
 import time
@@ -11,10 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.vm import VmError, resolve_kernel, summarize_junit
+from pytest_lbr import vm
+from pytest_lbr.vm import (
+    EXIT_NO_GUEST,
+    EXIT_SKIP,
+    VmError,
+    bisect_status,
+    resolve_kernel,
+    worst_status,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-RUN = [str(REPO / "ci" / "qemu" / "run")]
+VM = [sys.executable, "-m", "pytest_lbr.cli", "vm"]
 
 
 def _kernel_or_skip(series: str) -> Path:
@@ -24,41 +37,100 @@ def _kernel_or_skip(series: str) -> Path:
         pytest.skip(str(exc))
 
 
-def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RUN, *args], capture_output=True, text=True, timeout=timeout)
+def _run(
+    *args: str, cwd: Path | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*VM, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-def test_dry_run_prints_the_full_command(tmp_path: Path) -> None:
-    kernel = _kernel_or_skip("6.12")
+def test_dry_run_prints_one_command_per_kernel_and_creates_nothing(tmp_path: Path) -> None:
+    k61, k612 = _kernel_or_skip("6.1"), _kernel_or_skip("6.12")
     out = _run(
-        "--kernel", "6.12", "--tcg", "--results", str(tmp_path), "--dry-run", "--", "-k", "x"
+        "--kernel", "6.1", "--kernel", "6.12", "--tcg", "--dry-run", "--", "-k", "x", cwd=tmp_path
     )
     assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
-    assert line.startswith(str(REPO / ".venv" / "bin" / "vng")) or " --run " in line
-    assert f"--run {kernel}" in line
-    assert "--disable-kvm" in line and f"--rwdir {tmp_path}" in line
-    assert "pytest_lbr.vm guest" in line and "-k x" in line
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2
+    for line, kernel, label in ((lines[0], k61, "6.1"), (lines[1], k612, "6.12")):
+        assert f"--run {kernel}" in line and "--disable-kvm" in line
+        # results default to ./lbr-results/<kernel> of the caller; the guest starts in its cwd
+        assert f"--rwdir {tmp_path / 'lbr-results' / label}" in line
+        assert f"cd {tmp_path} && " in line
+        assert "pytest_lbr.vm guest" in line and line.endswith("-- -k x'")
+    assert list(tmp_path.iterdir()) == []  # --dry-run wrote nothing
 
 
-def test_unknown_kernel_is_one_clear_line() -> None:
-    out = _run("--kernel", "/nonexistent/vmlinuz", "--dry-run")
-    assert out.returncode == 3
-    assert out.stderr.strip() == "[vm] error: kernel image '/nonexistent/vmlinuz' does not exist"
-
-
-def test_summarize_junit_splits_kernel_tests(tmp_path: Path) -> None:
-    junit = tmp_path / "junit.xml"
-    junit.write_text(
-        "<testsuites><testsuite>"
-        '<testcase classname="tests.kernel.test_a" name="t1"/>'
-        '<testcase classname="tests.kernel.test_a" name="t2"><skipped/></testcase>'
-        '<testcase classname="tests.kernel.test_b" name="t3"><failure/></testcase>'
-        '<testcase classname="tests.test_model" name="t4"/>'
-        "</testsuite></testsuites>"
+def test_exec_runs_a_command_instead_of_pytest(tmp_path: Path) -> None:
+    _kernel_or_skip("6.12")
+    out = _run(
+        "--kernel", "6.12", "--tcg", "--dry-run", "--exec", "pytest-lbr doctor", cwd=tmp_path
     )
-    s = summarize_junit(junit)
-    assert (s.kernel_ran, s.kernel_skipped, s.kernel_failed, s.other_ran) == (1, 1, 1, 1)
+    assert out.returncode == 0, out.stderr
+    guest = shlex.split(out.stdout)[-1]  # what vng --exec runs in the guest
+    assert guest.endswith("--exec 'pytest-lbr doctor' --"), guest
+    both = _run("--kernel", "6.12", "--exec", "true", "--", "-q", cwd=tmp_path)
+    assert both.returncode == 4
+    assert "drop the pytest arguments" in both.stderr
+
+
+def test_shard_is_passed_to_the_guest_pytest(tmp_path: Path) -> None:
+    _kernel_or_skip("6.12")
+    out = _run(
+        "--kernel", "6.12", "--tcg", "--dry-run", "--shard", "2/3", "--", "tests", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("-- --lbr-shard=2/3 tests'")
+    bad = _run("--kernel", "6.12", "--dry-run", "--shard", "4/3", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "error: argument --shard: I must be between 1 and N" in bad.stderr
+
+
+def test_unknown_kernel_is_one_clear_line(tmp_path: Path) -> None:
+    out = _run("--kernel", "/nonexistent/vmlinuz", "--dry-run", cwd=tmp_path)
+    assert out.returncode == EXIT_NO_GUEST
+    assert out.stderr.strip() == "[vm] error: kernel image '/nonexistent/vmlinuz' does not exist"
+    series = _run("--kernel", "4.19", "--dry-run", cwd=tmp_path)
+    assert series.returncode == EXIT_NO_GUEST
+    assert series.stderr.strip().startswith(
+        "[vm] error: no kernel 4.19 installed (/boot/vmlinuz-4.19.*): install one"
+    )
+    bisect = _run("--kernel", "4.19", "--bisect", "--dry-run", cwd=tmp_path)
+    assert bisect.returncode == EXIT_SKIP
+
+
+def test_missing_tools_name_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setattr(sys, "executable", str(bindir / "python"))
+    monkeypatch.setenv("PATH", str(bindir))
+    with pytest.raises(
+        VmError, match=r"^virtme-ng is not installed: pip install 'pytest-lbr\[vm\]'$"
+    ):
+        vm.find_tools()
+    for tool in ("vng", "busybox"):
+        (bindir / tool).write_text("#!/bin/sh\n")
+        (bindir / tool).chmod(0o755)
+    with pytest.raises(
+        VmError, match=r"^qemu-system-x86_64 is not installed: apt-get install qemu-system-x86"
+    ):
+        vm.find_tools()
+    (bindir / "qemu-system-x86_64").write_text("#!/bin/sh\n")
+    (bindir / "qemu-system-x86_64").chmod(0o755)
+    (bindir / "busybox").unlink()
+    with pytest.raises(VmError, match=r"^virtme-ng needs busybox: apt-get install busybox-static"):
+        vm.find_tools()
+
+
+def test_the_worst_status_wins_and_bisect_maps_the_rest_to_skip() -> None:
+    assert worst_status([0, 0]) == 0
+    assert worst_status([0, 5]) == 5
+    assert worst_status([5, 1]) == 1
+    assert worst_status([1, 3]) == 3
+    assert worst_status([1, EXIT_NO_GUEST, 0]) == EXIT_NO_GUEST
+    assert worst_status([]) == EXIT_NO_GUEST
+    assert [bisect_status(s) for s in (0, 1, 2, 3, 4, 5, EXIT_NO_GUEST)] == [0, 1] + [125] * 5
 
 
 def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
@@ -76,9 +148,22 @@ def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
         "--",
         "-q",
     )
-    assert out.returncode == 3
+    assert out.returncode == EXIT_NO_GUEST
     assert "failed to boot" in out.stderr or "did not boot" in out.stderr, out.stderr
+    assert "vmlinuz-bogus: no result:" in out.stderr
     assert time.monotonic() - start < 120
+    # Under --bisect a kernel that does not boot is "cannot test" (125), never "bad".
+    out = _run(
+        "--kernel",
+        str(bogus),
+        "--tcg",
+        "--bisect",
+        "--results",
+        str(tmp_path / "b"),
+        "--boot-timeout",
+        "60",
+    )
+    assert out.returncode == EXIT_SKIP, out.stderr
 
 
 def test_hung_boot_is_killed_within_the_boot_timeout(tmp_path: Path) -> None:
@@ -87,37 +172,32 @@ def test_hung_boot_is_killed_within_the_boot_timeout(tmp_path: Path) -> None:
     out = _run(
         "--kernel", "6.1", "--tcg", "--results", str(tmp_path), "--boot-timeout", "3", "--", "-q"
     )
-    assert out.returncode == 3
+    assert out.returncode == EXIT_NO_GUEST
     assert "guest did not boot within 3s" in out.stderr, out.stderr
     assert time.monotonic() - start < 60
 
 
-def test_guest_exit_status_is_pytests(tmp_path: Path) -> None:
+def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path: Path) -> None:
     _kernel_or_skip("6.1")
-    suite = tmp_path / "suite"
-    suite.mkdir()
-    (suite / "test_guest.py").write_text(
+    suite = tmp_path / "project"
+    (suite / "tests").mkdir(parents=True)
+    (suite / "tests" / "test_guest.py").write_text(
         "import os\n"
-        "def test_root_in_guest():\n    assert os.geteuid() == 0 and os.environ['PYTEST_LBR_GUEST'] == '1'\n"
+        "def test_root_in_guest():\n"
+        "    assert os.geteuid() == 0 and os.environ['PYTEST_LBR_GUEST'] == '1'\n"
         "def test_fails():\n    assert 1 == 2\n"
     )
-    out = _run(
-        "--kernel",
-        "6.1",
-        "--tcg",
-        "--results",
-        str(tmp_path / "r"),
-        "--",
-        str(suite),
-        "-q",
-        "--rootdir",
-        str(suite),
-        timeout=900,
-    )
+    out = _run("--kernel", "6.1", "--tcg", "--", "tests", "-q", "-rA", cwd=suite, timeout=900)
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr
     assert "1 failed, 1 passed" in out.stdout
-    assert (tmp_path / "r" / "dmesg.txt").stat().st_size > 0
-    assert (tmp_path / "r" / "junit.xml").exists()
+    # node ids as on the host: relative to the caller's directory
+    assert "FAILED tests/test_guest.py::test_fails" in out.stdout
+    results = suite / "lbr-results" / "6.1"
+    assert (results / "dmesg.txt").stat().st_size > 0
+    assert (results / "junit.xml").exists()
+    tally = json.loads((results / "tally.json").read_text())
+    assert (tally["passed"], tally["failed"], tally["skipped"]) == (1, 1, 0)
+    assert "[vm] 6.1: 1 passed, 1 failed, 0 skipped; kernel tests ran: 0 (exit 1;" in out.stderr
 
 
 def test_busy_results_dir_is_not_shared(tmp_path: Path) -> None:
@@ -139,3 +219,13 @@ def test_busy_results_dir_is_not_shared(tmp_path: Path) -> None:
         assert other == tmp_path / "r.2"
     finally:
         holder.kill()
+
+
+def test_cli_lists_vm(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "pytest-lbr"), "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "vm" in out.stdout
+    help_ = _run("--help", cwd=tmp_path)
+    assert help_.returncode == 0 and "--kernel K" in help_.stdout and "--shard I/N" in help_.stdout
+    assert os.listdir(tmp_path) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from pytest_lbr.errors import UserError
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import Target
 
@@ -25,7 +26,7 @@ BACKENDS = ("auto", "lbr", "graph")
 FILTERS = ("any", "any_call", "any_return", "call", "ind_call", "cond", "call_stack", "ind_jump")
 
 
-class CaptureError(RuntimeError):
+class CaptureError(UserError, RuntimeError):
     """Tracing could not be armed or collected; the message says why in one line."""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fnmatch
+import functools
 import os
 import re
 import shutil
@@ -46,33 +47,27 @@ from pytest_lbr.capture.ftrace import (
     filter_functions_text,
     matching_functions,
 )
+from pytest_lbr.capture.tracer_object import TracerLayout, tracer_layout, tracer_object
 from pytest_lbr.libbpf import BpfError, check_int, lib, libbpf_messages, prog_info
 from pytest_lbr.targets import Target
 
 __all__ = [
     "DEFAULT_GLOB_FALLBACK",
     "MIN_CLANG",
-    "TRACER_HEADER",
-    "TRACER_OBJECT",
     "TRACER_OWN_FUNCTIONS",
     "HookSet",
     "RawHit",
     "clang_version",
     "clang_version_problem",
     "expand_glob",
-    "header_constants",
+    "hit_record_type",
     "tracer_not_built",
     "try_load_fexit",
 ]
 
-_BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 #: The oldest clang that builds the tracer (bpf/flags.mk): libbpf-bootstrap's
 #: minimum for BPF objects like it (BTF-defined maps, global data, CO-RE).
 MIN_CLANG = 11
-#: The record layout and constants shared with the BPF side.
-TRACER_HEADER = _BPF_DIR / "lbr_tracer.h"
-#: Built by `make -C bpf`.
-TRACER_OBJECT = _BPF_DIR / "build" / "lbr_tracer.bpf.o"
 
 #: What the tracer itself runs through: tracing these would recurse or drown the
 #: trace (the list retsnoop keeps out of its globs).
@@ -103,20 +98,6 @@ TRACER_OWN_FUNCTIONS = (
 )
 
 
-def header_constants(path: Path = TRACER_HEADER) -> dict[str, int]:
-    """The `#define NAME <int expression>` constants of lbr_tracer.h (defined once, there)."""
-    out: dict[str, int] = {}
-    for m in re.finditer(r"^#define\s+(LBR_\w+)\s+(.+?)\s*(?:/\*.*)?$", path.read_text(), re.M):
-        expr = m.group(2)
-        if re.fullmatch(r"[\d\s()*+<x-]+", expr):
-            out[m.group(1)] = int(eval(expr, {"__builtins__": {}}))  # digits and operators only
-    return out
-
-
-_C = header_constants()
-_MAX_ENTRIES = _C["LBR_MAX_ENTRIES"]
-
-
 class _Entry(Structure):
     _fields_ = [("from_", c_uint64), ("to", c_uint64), ("flags", c_uint64)]
 
@@ -130,10 +111,8 @@ class _Config(Structure):
     ]
 
 
-class LbrHitRecord(Structure):
-    """ctypes mirror of `struct lbr_hit` (checked against the object's BTF by a test)."""
-
-    _fields_ = [
+def _hit_fields(max_entries: int) -> list[tuple[str, Any]]:
+    return [
         ("type", c_uint32),
         ("hook", c_uint32),
         ("cookie", c_uint64),
@@ -146,8 +125,18 @@ class LbrHitRecord(Structure):
         ("snapshot_ret", c_int32),
         ("nr_entries", c_uint32),
         ("flags", c_uint32),
-        ("entries", _Entry * _MAX_ENTRIES),
+        ("entries", _Entry * max_entries),
     ]
+
+
+@functools.cache
+def hit_record_type(max_entries: int) -> type[Structure]:
+    """ctypes mirror of `struct lbr_hit` holding `max_entries` branch entries.
+
+    Built on first use from the loaded object's layout (a test checks it
+    against the object's BTF member by member).
+    """
+    return type("LbrHitRecord", (Structure,), {"_fields_": _hit_fields(max_entries)})
 
 
 class _KprobeOpts(Structure):
@@ -268,6 +257,7 @@ class HookSet:
         self._pending: list[bytes] = []
         self._shared: dict[str, int] = {}
         self._refs: list[Any] = []
+        self._object: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -282,8 +272,10 @@ class HookSet:
 
     def attach(self) -> None:
         """Load and attach everything; on any error release what was made and re-raise."""
-        if not TRACER_OBJECT.exists():
-            raise CaptureError(tracer_not_built())
+        try:
+            self._object = tracer_object()
+        except FileNotFoundError as exc:
+            raise CaptureError(tracer_not_built(exc.filename)) from None
         try:
             for index, target in enumerate(self.targets):
                 self.attached.append(self._attach_one(index, target))
@@ -341,7 +333,8 @@ class HookSet:
 
     def _take(self) -> list[RawHit]:
         records, self._pending = self._pending, []
-        return [_decode_record(r) for r in records]
+        layout = tracer_layout(self._object)
+        return [_decode_record(r, layout) for r in records]
 
     def _open_ringbuf(self) -> None:
         if "ringbuf" not in self._shared:
@@ -361,9 +354,10 @@ class HookSet:
 
     def _open(self, program: str, tgid: int, target: int = 0, function: int = 0) -> tuple[int, int]:
         """Open the tracer object with only `program` autoloaded; returns (obj, prog)."""
-        obj = lib.bpf_object__open_file(str(TRACER_OBJECT).encode(), None)
+        path = self._object or tracer_object()
+        obj = lib.bpf_object__open_file(str(path).encode(), None)
         if not obj or lib.libbpf_get_error(obj):
-            raise BpfError(ctypes.get_errno() or errno.EINVAL, f"open {TRACER_OBJECT}")
+            raise BpfError(ctypes.get_errno() or errno.EINVAL, f"open {path}")
         self._objs.append(obj)
         found = 0
         p = lib.bpf_object__next_program(obj, None)
@@ -637,9 +631,12 @@ def clang_version_problem(version: tuple[int, int, int] | None) -> str:
     )
 
 
-def tracer_not_built() -> str:
-    """Why there is no tracer object: the make to run, and clang's problem if it has one."""
-    msg = f"LBR tracer not built: {TRACER_OBJECT} missing (run: make -C bpf)"
+def tracer_not_built(missing: str) -> str:
+    """Why there is no tracer object at `missing`: the fix, and clang's problem if it has one."""
+    msg = (
+        f"LBR tracer object missing from this install: {missing} "
+        f"(reinstall pytest-lbr; in a source tree run: make -C bpf)"
+    )
     problem = clang_version_problem(clang_version())
     return f"{msg}; {problem}" if problem else msg
 
@@ -663,11 +660,13 @@ def _link(link: int | None, what: str) -> int:
     return int(link)
 
 
-def _decode_record(data: bytes) -> RawHit:
-    rec = LbrHitRecord.from_buffer_copy(data.ljust(ctypes.sizeof(LbrHitRecord), b"\0"))
-    if rec.type != _C["LBR_RECORD_HIT"]:
+def _decode_record(data: bytes, layout: TracerLayout | None = None) -> RawHit:
+    layout = layout or tracer_layout()
+    record = hit_record_type(layout.max_entries)
+    rec: Any = record.from_buffer_copy(data.ljust(ctypes.sizeof(record), b"\0"))
+    if rec.type != layout.constants["LBR_RECORD_HIT"]:
         raise CaptureError(f"LBR tracer sent an unknown record type {rec.type}")
-    n = min(rec.nr_entries, _MAX_ENTRIES)
+    n = min(rec.nr_entries, layout.max_entries)
     return RawHit(
         target=rec.cookie >> 32,
         function=rec.cookie & 0xFFFFFFFF,
@@ -675,7 +674,7 @@ def _decode_record(data: bytes) -> RawHit:
         pid=rec.pid,
         tid=rec.tid,
         ts_ns=rec.ts_ns,
-        retval=rec.retval if rec.flags & _C["LBR_HIT_HAS_RETVAL"] else None,
+        retval=rec.retval if rec.flags & layout.constants["LBR_HIT_HAS_RETVAL"] else None,
         snapshot_ret=rec.snapshot_ret,
         entries=[(e.from_, e.to, e.flags) for e in rec.entries[:n]],
         func_ip=rec.func_ip,

@@ -221,6 +221,7 @@ def branch_events_problem(exc: OSError) -> str:
 
 def _probe() -> str:
     from pytest_lbr.capture import hooks, perf
+    from pytest_lbr.capture.tracer_object import tracer_object
     from pytest_lbr.libbpf import BpfError, lib, libbpf_version, libbpf_version_problem
     from pytest_lbr.targets import parse_target
 
@@ -228,8 +229,10 @@ def _probe() -> str:
         return "not root and missing CAP_BPF+CAP_PERFMON"
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         return "no kernel BTF at /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF)"
-    if not hooks.TRACER_OBJECT.exists():
-        return hooks.tracer_not_built()
+    try:
+        tracer_object()
+    except FileNotFoundError as exc:
+        return hooks.tracer_not_built(exc.filename)
     too_old = libbpf_version_problem(libbpf_version())
     if too_old:
         return too_old

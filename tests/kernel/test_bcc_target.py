@@ -2,7 +2,7 @@
 
 bcc compiles C at run time against the running kernel's headers
 (/lib/modules/$(uname -r)/build, from Debian's linux-headers packages that
-ci/setup installs), so this runs in the ci/qemu guests, whose kernels have them.
+ci/setup installs), so this runs in the `pytest-lbr vm` guests, whose kernels have them.
 """
 
 from __future__ import annotations

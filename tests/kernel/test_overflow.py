@@ -67,7 +67,7 @@ def test_lost_is_exactly_the_hits_not_delivered(runs: int) -> None:
 
 def test_golden_check_of_an_incomplete_trace_says_so(pytester: pytest.Pytester) -> None:
     # The inner session imports traced_runs from this repository's tests.
-    pytester.makeconftest(f"import sys\nsys.path.insert(0, {str(REPO)!r})\n")
+    pytester.makeconftest(f"import sys\nsys.path.append({str(REPO)!r})\n")
     pytester.makepyfile(
         test_loss=textwrap.dedent("""
         from tests.kernel.test_overflow import traced_runs

@@ -1,0 +1,63 @@
+"""User errors: a mistake in what a test asked for, reported as one line.
+
+Exceptions deriving from `UserError` (a bad or unknown target, a BPF object that
+is missing or is not a BPF object, tracing that cannot be armed) carry a message
+that says what is wrong and what to do. The plugin reports a test that fails
+with one of them, or with a missing bcc, as that one line at the test's own
+source line, without a traceback through the plugin (`one_line`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BCC_MISSING", "UserError", "bcc_import_failed", "one_line"]
+
+_PACKAGE = Path(__file__).resolve().parent
+
+#: Why `import bcc` fails in a venv, and the fix (bcc is not on PyPI under that name).
+BCC_MISSING = (
+    "bcc is not importable here: bcc comes with the OS (Debian/Ubuntu: apt-get install "
+    "python3-bpfcc); make the venv with --system-site-packages so it sees it (the PyPI "
+    "package named 'bcc' is a different project)"
+)
+
+
+class UserError(Exception):
+    """A mistake in what the test asked for; the message is one actionable line."""
+
+
+def bcc_import_failed(text: str) -> bool:
+    """Does this error text say `import bcc` / `from bcc import BPF` failed?"""
+    return "No module named 'bcc'" in text or "from 'bcc'" in text
+
+
+def _is_bcc_import_error(exc: BaseException) -> bool:
+    return isinstance(exc, ImportError) and bcc_import_failed(str(exc))
+
+
+def _user_line(entries: list[Any]) -> str:
+    """`path:line` of the innermost frame outside this package (the test's own code)."""
+    for entry in reversed(entries):
+        path = Path(str(entry.path))
+        if _PACKAGE not in path.resolve().parents:
+            try:
+                shown = path.relative_to(Path.cwd())
+            except ValueError:
+                shown = path
+            return f"{shown}:{entry.lineno + 1}"
+    return ""
+
+
+def one_line(excinfo: Any) -> str | None:
+    """The one-line report of a failure caused by a user error; None for any other failure."""
+    exc = excinfo.value
+    if isinstance(exc, UserError):
+        text = f"{type(exc).__name__}: {exc}"
+    elif _is_bcc_import_error(exc):
+        text = f"{type(exc).__name__}: {exc}: {BCC_MISSING}"
+    else:
+        return None
+    where = _user_line(list(excinfo.traceback))
+    return f"{where}: {text}" if where else text
