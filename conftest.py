@@ -1,13 +1,21 @@
 """Root conftest: only what is specific to this repository.
 
 The `kernel` / `allow_skip` markers and strict guest mode belong to the plugin
-(pytest_lbr/guest.py). Here: the header says which pytest_lbr the suite runs
-against, since CI tests the installed wheel, not this checkout's sources.
+(pytest_lbr/guest.py). This suite tests the installed pytest-lbr (the wheel
+ci/setup builds), never this checkout's `pytest_lbr/`: pytest appends the
+repository to sys.path (`--import-mode=append`), and every Python process the
+tests start (CLI runs, pytester subprocesses, xdist workers) runs with
+PYTHONSAFEPATH, so its working directory (often this checkout) is not put first
+on its path either. The header names the pytest_lbr under test.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest_lbr
+
+os.environ["PYTHONSAFEPATH"] = "1"
 
 
 def pytest_report_header() -> str:

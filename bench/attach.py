@@ -60,7 +60,8 @@ def ours(glob: str, runs: int) -> dict[str, Any]:
     kernel's: glob expansion and the per-CPU perf events.
     """
     from pytest_lbr.capture import ftrace
-    from pytest_lbr.capture.hooks import HookSet, expand_glob
+    from pytest_lbr.capture.functions import expand_glob
+    from pytest_lbr.capture.hooks import HookSet
     from pytest_lbr.capture.lbr import LbrCapture
     from pytest_lbr.capture.perf import software_branch_events
     from pytest_lbr.targets import parse_target
@@ -153,7 +154,7 @@ def bpftrace_kfunc_program(glob: str, tries: int = 6) -> tuple[str, list[str]]:
     anything, so timing the glob as such would time a failure. Then the same
     functions are listed one by one, minus those bpftrace cannot load.
     """
-    from pytest_lbr.capture.hooks import expand_glob
+    from pytest_lbr.capture.functions import expand_glob
 
     program = ",".join(f"kfunc:{g}" for g in glob.split(",")) + " {}"
     _, _, err = bpftrace_run(program)

@@ -37,21 +37,25 @@ def _is_bcc_import_error(exc: BaseException) -> bool:
     return isinstance(exc, ImportError) and bcc_import_failed(str(exc))
 
 
-def _user_line(entries: list[Any]) -> str:
-    """`path:line` of the innermost frame outside this package (the test's own code)."""
-    for entry in reversed(entries):
+def _user_line(entries: list[Any], test_path: Path | None) -> str:
+    """`path:line` of the test's own innermost frame (else the innermost outside this package)."""
+    mine = [e for e in entries if test_path is not None and Path(str(e.path)) == test_path]
+    outside = [e for e in entries if _PACKAGE not in Path(str(e.path)).resolve().parents]
+    for entry in (mine or outside)[-1:]:
         path = Path(str(entry.path))
-        if _PACKAGE not in path.resolve().parents:
-            try:
-                shown = path.relative_to(Path.cwd())
-            except ValueError:
-                shown = path
-            return f"{shown}:{entry.lineno + 1}"
+        try:
+            shown = path.relative_to(Path.cwd())
+        except ValueError:
+            shown = path
+        return f"{shown}:{entry.lineno + 1}"
     return ""
 
 
-def one_line(excinfo: Any) -> str | None:
-    """The one-line report of a failure caused by a user error; None for any other failure."""
+def one_line(excinfo: Any, test_path: Path | None = None) -> str | None:
+    """The one-line report of a failure caused by a user error; None for any other failure.
+
+    `test_path` is the test's module: the line shown is the test's own.
+    """
     exc = excinfo.value
     if isinstance(exc, UserError):
         text = f"{type(exc).__name__}: {exc}"
@@ -59,5 +63,5 @@ def one_line(excinfo: Any) -> str | None:
         text = f"{type(exc).__name__}: {exc}: {BCC_MISSING}"
     else:
         return None
-    where = _user_line(list(excinfo.traceback))
+    where = _user_line(list(excinfo.traceback), test_path)
     return f"{where}: {text}" if where else text

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from ctypes import (
     POINTER,
     Structure,
+    c_bool,
     c_char,
     c_char_p,
     c_int,
@@ -30,6 +31,10 @@ from ctypes import (
 from typing import Any
 
 __all__ = [
+    "KprobeMultiOpts",
+    "KprobeOpts",
+    "TracepointOpts",
+    "UprobeOpts",
     "BpfError",
     "MIN_LIBBPF",
     "LibbpfMissing",
@@ -130,6 +135,51 @@ class bpf_prog_info(Structure):  # noqa: N801 -- uapi name
         ("attach_btf_obj_id", c_uint32),
         ("attach_btf_id", c_uint32),
         ("_pad", c_uint32),
+    ]
+
+
+# -- option structs of the attach calls (prefixes of libbpf.h's; `sz` says how much we set) --
+
+
+class KprobeOpts(Structure):
+    """struct bpf_kprobe_opts (libbpf.h)."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("bpf_cookie", c_uint64),
+        ("offset", c_size_t),
+        ("retprobe", c_bool),
+    ]
+
+
+class KprobeMultiOpts(Structure):
+    """struct bpf_kprobe_multi_opts (libbpf.h)."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("syms", POINTER(c_char_p)),
+        ("addrs", c_void_p),
+        ("cookies", POINTER(c_uint64)),
+        ("cnt", c_size_t),
+        ("retprobe", c_bool),
+    ]
+
+
+class TracepointOpts(Structure):
+    """struct bpf_tracepoint_opts (libbpf.h)."""
+
+    _fields_ = [("sz", c_size_t), ("bpf_cookie", c_uint64)]
+
+
+class UprobeOpts(Structure):
+    """struct bpf_uprobe_opts (libbpf.h)."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("ref_ctr_offset", c_size_t),
+        ("bpf_cookie", c_uint64),
+        ("retprobe", c_bool),
+        ("func_name", c_char_p),
     ]
 
 

@@ -141,7 +141,7 @@ def pytest_runtest_makereport(
     report = yield
     _session(item.config).on_report(item, call, report)
     if call.excinfo is not None and report.failed and not isinstance(report.longrepr, str):
-        report.longrepr = one_line(call.excinfo) or report.longrepr
+        report.longrepr = one_line(call.excinfo, item.path) or report.longrepr
     guest.enforce_strict(item, report)
     return report
 

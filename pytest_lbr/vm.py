@@ -320,20 +320,33 @@ def build_command(
     return VmPlan(label or kernel.name, kernel, results, cmd, accel, lbr_why)
 
 
-def _pump(proc: subprocess.Popen[bytes], console: BinaryIO, prefix: str | None) -> None:
-    """Copy what the guest printed to the console log and to stdout (line-prefixed)."""
-    assert proc.stdout is not None
-    chunk = proc.stdout.read()
-    if not chunk:
-        return
-    console.write(chunk)
-    with _print_lock:
-        if prefix is None:
-            sys.stdout.buffer.write(chunk)
+class _Echo:
+    """Copies what a guest prints to its console log and to stdout.
+
+    With a prefix (several guests at once) only whole lines are echoed, each
+    prefixed, so guests' lines never interleave mid-line.
+    """
+
+    def __init__(self, console: BinaryIO, prefix: str | None) -> None:
+        self.console = console
+        self.prefix = prefix.encode() if prefix is not None else None
+        self._partial = b""
+
+    def feed(self, chunk: bytes, final: bool = False) -> None:
+        """Take one chunk of output; `final` flushes a last unterminated line."""
+        self.console.write(chunk)
+        if self.prefix is None:
+            out = chunk
         else:
-            for line in chunk.splitlines(keepends=True):
-                sys.stdout.buffer.write(prefix.encode() + line)
-        sys.stdout.flush()
+            lines = (self._partial + chunk).splitlines(keepends=True)
+            self._partial = b"" if final or not lines or lines[-1].endswith(b"\n") else lines.pop()
+            out = b"".join(self.prefix + line for line in lines)
+            if final and out and not out.endswith(b"\n"):
+                out += b"\n"
+        if out:
+            with _print_lock:
+                sys.stdout.buffer.write(out)
+                sys.stdout.flush()
 
 
 def run_vm(
@@ -366,11 +379,12 @@ def run_vm(
         )
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)
+        echo = _Echo(console, prefix)
         why = ""
         while True:
-            _pump(proc, console, prefix)
+            echo.feed(proc.stdout.read() or b"")
             if proc.poll() is not None:
-                _pump(proc, console, prefix)
+                echo.feed(proc.stdout.read() or b"", final=True)
                 break
             elapsed = time.monotonic() - start
             if elapsed > boot_timeout and not (plan.results / STARTED).exists():
@@ -380,6 +394,7 @@ def run_vm(
             if why:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+                echo.feed(b"", final=True)
                 break
             time.sleep(0.2)
     status_file = plan.results / STATUS

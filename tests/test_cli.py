@@ -15,14 +15,15 @@ from pytest_lbr.cli import doctor_checks, main
 from pytest_lbr.golden import serialize
 from pytest_lbr.model import Trace
 
+#: The installed console script (not `python -m`, which would import the checkout).
+PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     """The installed console script's module, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_lbr.cli", *argv], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([PYTEST_LBR, *argv], capture_output=True, text=True, timeout=120)
 
 
 def golden_file(path: Path, lines: list[str], kernel: str) -> Path:
@@ -148,9 +149,7 @@ def test_documented_golden_diff_is_what_the_command_prints(doc: str, marker: str
     command, *expected = block.splitlines()
     argv = command.removeprefix("$ pytest-lbr ").split()
     repo = DOCS.parent.parent
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest_lbr.cli", *argv], capture_output=True, text=True, cwd=repo
-    )
+    res = subprocess.run([PYTEST_LBR, *argv], capture_output=True, text=True, cwd=repo)
     assert res.returncode == 1, res.stderr
     assert res.stdout.splitlines() == expected
     # The founding example: the 6.1 trace calls the helper, the 6.12 one does not.

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pytest_lbr.capture.hooks import _Config, _decode_record, hit_record_type
 from pytest_lbr.capture.lbr import branch_kind, decode_branches, decode_flags, trim_tracer
+from pytest_lbr.capture.records import ConfigRecord, decode_record, hit_record_type
 from pytest_lbr.capture.tracer_object import tracer_layout, tracer_object
 from pytest_lbr.model import Location
 
@@ -202,7 +202,9 @@ def test_every_arch_object_has_the_same_layout(tracer: Path, arch: str) -> None:
 @pytest.mark.parametrize("struct_name", ["lbr_hit", "lbr_config"])
 def test_mirrors_match_the_object_btf(tracer: Path, struct_name: str) -> None:
     mirror = (
-        hit_record_type(tracer_layout(tracer).max_entries) if struct_name == "lbr_hit" else _Config
+        hit_record_type(tracer_layout(tracer).max_entries)
+        if struct_name == "lbr_hit"
+        else ConfigRecord
     )
     size, members = _btf_struct(tracer, struct_name)
     fields = [(n.rstrip("_"), getattr(mirror, n).offset) for n, *_ in mirror._fields_]
@@ -228,7 +230,7 @@ def test_ring_buffer_record_decodes(ksyms: Kallsyms, tracer: Path) -> None:
     )
     for i, (src, dst, fl) in enumerate(entries):
         rec.entries[i].from_, rec.entries[i].to, rec.entries[i].flags = src, dst, fl
-    hit = _decode_record(bytes(rec), layout)
+    hit = decode_record(bytes(rec), layout)
     assert (hit.target, hit.function, hit.retval, hit.cpu, hit.pid, hit.tid) == (
         3,
         7,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture import hooks, perf
+from pytest_lbr.capture import perf, tracer_object
 from pytest_lbr.capture.lbr import branch_events_problem
 from pytest_lbr.libbpf import MIN_LIBBPF, libbpf_version, libbpf_version_problem
 
@@ -40,21 +40,21 @@ def test_old_libbpf_is_one_line(version: tuple[int, int] | None, have: str) -> N
 def test_installed_clang_is_new_enough() -> None:
     if shutil.which("clang") is None:
         pytest.skip("clang is not installed (run bash ci/setup)")
-    version = hooks.clang_version()
-    assert version is not None and version[0] >= hooks.MIN_CLANG
-    assert hooks.clang_version_problem(version) == ""
+    version = tracer_object.clang_version()
+    assert version is not None and version[0] >= tracer_object.MIN_CLANG
+    assert tracer_object.clang_version_problem(version) == ""
 
 
 @pytest.mark.parametrize(("version", "have"), [((10, 0, 1), "10.0.1"), ((3, 9, 0), "3.9.0")])
 def test_old_clang_is_one_line(version: tuple[int, int, int], have: str) -> None:
-    assert hooks.clang_version_problem(version) == (
+    assert tracer_object.clang_version_problem(version) == (
         f"clang {have} is too old to build the LBR tracer: pytest-lbr needs clang >= 11 "
         "(apt-get install clang-14, then make -C bpf CLANG=clang-14)"
     )
 
 
 def test_missing_clang_is_one_line() -> None:
-    assert hooks.clang_version_problem(None) == (
+    assert tracer_object.clang_version_problem(None) == (
         "clang is not installed: it builds the LBR tracer (apt-get install clang)"
     )
 
@@ -68,19 +68,23 @@ def test_tracer_not_built_names_clang_only_when_it_is_the_problem(
         "(reinstall pytest-lbr; in a source tree run: make -C bpf)"
     )
     if shutil.which("clang") is not None:
-        assert hooks.tracer_not_built(missing) == base
+        assert tracer_object.tracer_not_built(missing) == base
     # An old clang first on PATH: a script answering --version as clang 10 does.
     fake = tmp_path / "clang"
     fake.write_text("#!/bin/sh\necho 'Ubuntu clang version 10.0.0-4ubuntu1'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
-    assert hooks.clang_version() == (10, 0, 0)
-    assert hooks.tracer_not_built(missing) == base + "; " + hooks.clang_version_problem((10, 0, 0))
+    assert tracer_object.clang_version() == (10, 0, 0)
+    assert tracer_object.tracer_not_built(
+        missing
+    ) == base + "; " + tracer_object.clang_version_problem((10, 0, 0))
     # No clang on PATH at all.
     fake.unlink()
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert hooks.clang_version() is None
-    assert hooks.tracer_not_built(missing) == base + "; " + hooks.clang_version_problem(None)
+    assert tracer_object.clang_version() is None
+    assert tracer_object.tracer_not_built(
+        missing
+    ) == base + "; " + tracer_object.clang_version_problem(None)
 
 
 def test_busy_lbr_is_one_actionable_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: The installed console script (not `python -m`, which would import the checkout).
+PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -26,7 +29,7 @@ def _shown_session(command_prefix: str) -> tuple[list[str], str]:
 def test_readme_golden_diff_is_the_real_output() -> None:
     argv, shown = _shown_session("pytest-lbr diff")
     out = subprocess.run(
-        [sys.executable, "-m", "pytest_lbr.cli", *argv[1:]],
+        [PYTEST_LBR, *argv[1:]],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -27,7 +27,10 @@ from pytest_lbr.vm import (
     worst_status,
 )
 
-VM = [sys.executable, "-m", "pytest_lbr.cli", "vm"]
+#: The installed console script (not `python -m`, which would import the checkout).
+PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+
+VM = [PYTEST_LBR, "vm"]
 
 
 def _kernel_or_skip(series: str) -> Path:

@@ -55,28 +55,11 @@ from pytest_lbr.capture.ftrace import (
     reconstruct,
 )
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.noise import PROBE_HANDLERS
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import Target
 
-__all__ = ["TRACER_FUNCTIONS", "GraphCapture", "build_hits", "probe_graph"]
-
-#: Functions the probes we add run through (kretprobe entry and return
-#: handlers): they and everything under them are the tracer's, not the test's,
-#: and appear only in `Hit.raw_branches`.
-TRACER_FUNCTIONS = frozenset(
-    {
-        "kprobe_ftrace_handler",
-        "pre_handler_kretprobe",
-        "rethook_trampoline_handler",
-        "arch_rethook_trampoline_callback",
-        "kretprobe_rethook_handler",
-        "kretprobe_dispatcher",
-        "kretprobe_trace_func",
-        "trampoline_handler",
-        "kretprobe_trampoline_handler",
-        "__kretprobe_trampoline_handler",
-    }
-)
+__all__ = ["GraphCapture", "build_hits", "probe_graph"]
 
 #: What trace_clock "mono" reads: under TCG on 6.1 its clocksource read
 #: (read_hpet) is recorded once per record, nested anywhere; such records are ftrace's own.
@@ -657,7 +640,7 @@ def _append(hit: Hit, step: Step) -> None:
         # from the function (+0x0) back to its call site.
         branch = Branch(entry, site, "ret")
     hit.raw_branches.append(branch)
-    if not any(f.func in TRACER_FUNCTIONS for f in step.stack):
+    if not any(f.func in PROBE_HANDLERS for f in step.stack):
         hit.branches.append(branch)
 
 

@@ -12,166 +12,41 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fnmatch
-import functools
 import os
-import re
-import shutil
-import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Iterable
 from ctypes import (
     CFUNCTYPE,
-    POINTER,
-    Structure,
-    c_bool,
     c_char_p,
     c_int,
-    c_int32,
-    c_int64,
     c_size_t,
     c_uint32,
     c_uint64,
     c_void_p,
 )
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from pytest_lbr.capture import CaptureError
-from pytest_lbr.capture.ftrace import (
-    TRACEFS_MOUNTS,
-    filter_functions_text,
-    matching_functions,
+from pytest_lbr.capture.functions import btf_functions, check_in_btf, expand_glob
+from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
+from pytest_lbr.capture.tracer_object import tracer_layout, tracer_not_built, tracer_object
+from pytest_lbr.libbpf import (
+    BpfError,
+    KprobeMultiOpts,
+    KprobeOpts,
+    TracepointOpts,
+    UprobeOpts,
+    check_int,
+    lib,
+    libbpf_messages,
+    prog_info,
 )
-from pytest_lbr.capture.tracer_object import TracerLayout, tracer_layout, tracer_object
-from pytest_lbr.libbpf import BpfError, check_int, lib, libbpf_messages, prog_info
 from pytest_lbr.targets import Target
 
-__all__ = [
-    "DEFAULT_GLOB_FALLBACK",
-    "MIN_CLANG",
-    "TRACER_OWN_FUNCTIONS",
-    "HookSet",
-    "RawHit",
-    "clang_version",
-    "clang_version_problem",
-    "expand_glob",
-    "hit_record_type",
-    "tracer_not_built",
-    "try_load_fexit",
-]
-
-#: The oldest clang that builds the tracer (bpf/flags.mk): libbpf-bootstrap's
-#: minimum for BPF objects like it (BTF-defined maps, global data, CO-RE).
-MIN_CLANG = 11
-
-#: What the tracer itself runs through: tracing these would recurse or drown the
-#: trace (the list retsnoop keeps out of its globs).
-TRACER_OWN_FUNCTIONS = (
-    "bpf_get_smp_processor_id",
-    "bpf_get_current_pid_tgid",
-    "bpf_ktime_get_ns",
-    "bpf_get_branch_snapshot",
-    "bpf_ringbuf_*",
-    "bpf_get_func_ret",
-    "bpf_get_func_ip*",
-    "bpf_get_attach_cookie*",
-    "migrate_disable",
-    "migrate_enable",
-    "rcu_read_lock*",
-    "rcu_read_unlock*",
-    "__rcu_read_lock",
-    "__rcu_read_unlock",
-    "__bpf_prog_enter*",
-    "__bpf_prog_exit*",
-    "__bpf_tramp_*",
-    "bpf_trampoline_*",
-    "preempt_count_add",
-    "preempt_count_sub",
-    "bpf_prog_start_time",
-    "intel_pmu_snapshot*",
-    "amd_pmu_*snapshot*",
-)
-
-
-class _Entry(Structure):
-    _fields_ = [("from_", c_uint64), ("to", c_uint64), ("flags", c_uint64)]
-
-
-class _Config(Structure):
-    _fields_ = [
-        ("tgid", c_uint32),
-        ("target", c_uint32),
-        ("snapshot", c_uint32),
-        ("function", c_uint32),
-    ]
-
-
-def _hit_fields(max_entries: int) -> list[tuple[str, Any]]:
-    return [
-        ("type", c_uint32),
-        ("hook", c_uint32),
-        ("cookie", c_uint64),
-        ("func_ip", c_uint64),
-        ("ts_ns", c_uint64),
-        ("retval", c_int64),
-        ("cpu", c_uint32),
-        ("pid", c_uint32),
-        ("tid", c_uint32),
-        ("snapshot_ret", c_int32),
-        ("nr_entries", c_uint32),
-        ("flags", c_uint32),
-        ("entries", _Entry * max_entries),
-    ]
-
-
-@functools.cache
-def hit_record_type(max_entries: int) -> type[Structure]:
-    """ctypes mirror of `struct lbr_hit` holding `max_entries` branch entries.
-
-    Built on first use from the loaded object's layout (a test checks it
-    against the object's BTF member by member).
-    """
-    return type("LbrHitRecord", (Structure,), {"_fields_": _hit_fields(max_entries)})
-
-
-class _KprobeOpts(Structure):
-    _fields_ = [
-        ("sz", c_size_t),
-        ("bpf_cookie", c_uint64),
-        ("offset", c_size_t),
-        ("retprobe", c_bool),
-    ]
-
-
-class _KprobeMultiOpts(Structure):
-    _fields_ = [
-        ("sz", c_size_t),
-        ("syms", POINTER(c_char_p)),
-        ("addrs", c_void_p),
-        ("cookies", POINTER(c_uint64)),
-        ("cnt", c_size_t),
-        ("retprobe", c_bool),
-    ]
-
-
-class _TracepointOpts(Structure):
-    _fields_ = [("sz", c_size_t), ("bpf_cookie", c_uint64)]
-
-
-class _UprobeOpts(Structure):
-    _fields_ = [
-        ("sz", c_size_t),
-        ("ref_ctr_offset", c_size_t),
-        ("bpf_cookie", c_uint64),
-        ("retprobe", c_bool),
-        ("func_name", c_char_p),
-    ]
-
+__all__ = ["DEFAULT_GLOB_FALLBACK", "HookSet", "try_load_fexit"]
 
 #: How a kernel-function glob is hooked where kprobe.multi is missing
 #: ("kprobe": one kprobe link per function on one loaded program; "fentry":
@@ -186,28 +61,7 @@ class _UprobeOpts(Structure):
 DEFAULT_GLOB_FALLBACK = "kprobe"
 
 _SAMPLE_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
-_BTF_KIND_FUNC = 12
 _BPF_PROG_TYPE_TRACING = 26
-
-
-@dataclass
-class RawHit:
-    """One record from the tracer, before decoding and symbolization."""
-
-    target: int
-    cpu: int
-    pid: int
-    tid: int
-    ts_ns: int
-    retval: int | None
-    snapshot_ret: int
-    #: Branch records newest first, as the CPU delivered them: (from, to, flags).
-    entries: list[tuple[int, int, int]] = field(default_factory=list)
-    #: Index of the function within a glob target (0 otherwise).
-    function: int = 0
-    #: Address of the traced function where the hook knows it (0 otherwise).
-    func_ip: int = 0
-    hook: int = 0
 
 
 @dataclass
@@ -334,7 +188,7 @@ class HookSet:
     def _take(self) -> list[RawHit]:
         records, self._pending = self._pending, []
         layout = tracer_layout(self._object)
-        return [_decode_record(r, layout) for r in records]
+        return [decode_record(r, layout) for r in records]
 
     def _open_ringbuf(self) -> None:
         if "ringbuf" not in self._shared:
@@ -349,6 +203,14 @@ class HookSet:
         if not rb:
             raise BpfError(ctypes.get_errno() or errno.EINVAL, "ring_buffer__new")
         self._rb = rb
+
+    def load_fexit(self, function: str) -> None:
+        """Load (never attach) the fexit tracer on kernel `function`; raises if refused."""
+        obj, prog = self._open("lbr_fexit", self.tgid)
+        check_int(
+            lib.bpf_program__set_attach_target(prog, 0, function.encode()), "set_attach_target"
+        )
+        self._load(obj, f"fexit on {function}")
 
     # -- loading ------------------------------------------------------------------
 
@@ -371,7 +233,7 @@ class HookSet:
             raise CaptureError(
                 f"LBR tracer object has no program {program!r}; rebuild it (make -C bpf)"
             )
-        cfg = _Config(tgid=tgid, target=target, snapshot=int(self.snapshot), function=function)
+        cfg = ConfigRecord(tgid=tgid, target=target, snapshot=int(self.snapshot), function=function)
         rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
         check_int(
             lib.bpf_map__set_initial_value(rodata, ctypes.byref(cfg), ctypes.sizeof(cfg)),
@@ -458,14 +320,14 @@ class HookSet:
             assert target.function is not None
             if target.is_glob:
                 return self._attach_glob(index, target)
-            _check_in_btf(target)
+            check_in_btf(target)
             self._attach_trace(index, target.spec, 0, target.function)
             return _Attached(target, [target.function], "fentry" if self.fentry else "fexit")
         if target.kind == "tp":
             assert target.tracepoint is not None
             cat, _, name = target.tracepoint.partition("/")
             obj = self._base_obj(uprobe=False)
-            opts = _TracepointOpts(sz=ctypes.sizeof(_TracepointOpts), bpf_cookie=index << 32)
+            opts = TracepointOpts(sz=ctypes.sizeof(TracepointOpts), bpf_cookie=index << 32)
             link = lib.bpf_program__attach_tracepoint_opts(
                 self._prog_in(obj, "lbr_tracepoint"),
                 cat.encode(),
@@ -480,8 +342,8 @@ class HookSet:
                 raise CaptureError(f"{target.spec}: no such file {target.binary}")
             obj = self._base_obj(uprobe=True)
             ret = target.kind == "uretprobe"
-            uopts = _UprobeOpts(
-                sz=ctypes.sizeof(_UprobeOpts),
+            uopts = UprobeOpts(
+                sz=ctypes.sizeof(UprobeOpts),
                 bpf_cookie=index << 32,
                 retprobe=ret,
                 func_name=target.function.encode(),
@@ -549,8 +411,8 @@ class HookSet:
         retprobe = not self.fentry
         syms = (c_char_p * len(names))(*(n.encode() for n in names))
         cookies = (c_uint64 * len(names))(*((index << 32) | i for i in range(len(names))))
-        opts = _KprobeMultiOpts(
-            sz=ctypes.sizeof(_KprobeMultiOpts),
+        opts = KprobeMultiOpts(
+            sz=ctypes.sizeof(KprobeMultiOpts),
             syms=syms,
             cookies=cookies,
             cnt=len(names),
@@ -571,7 +433,7 @@ class HookSet:
         untraced = 0
         if self.fallback == "fentry":
             # fentry/fexit need the function in BTF; the others stay untraced.
-            in_btf = _btf_function_names()
+            in_btf = set(btf_functions())
             untraced = len(names)
             names = [n for n in names if n in in_btf]
             untraced -= len(names)
@@ -588,8 +450,8 @@ class HookSet:
                 # One load per function; the config carries the function's index.
                 self._attach_trace(index, f"kfunc:{name}", 0, name, function=i)
             else:
-                kopts = _KprobeOpts(
-                    sz=ctypes.sizeof(_KprobeOpts), bpf_cookie=(index << 32) | i, retprobe=retprobe
+                kopts = KprobeOpts(
+                    sz=ctypes.sizeof(KprobeOpts), bpf_cookie=(index << 32) | i, retprobe=retprobe
                 )
                 prog = self._prog_in(obj, "lbr_kretprobe" if retprobe else "lbr_kprobe")
                 link = lib.bpf_program__attach_kprobe_opts(prog, name.encode(), ctypes.byref(kopts))
@@ -606,50 +468,11 @@ def _kernel_refusal(log: list[str]) -> str:
     return ""
 
 
-def clang_version(clang: str = "clang") -> tuple[int, int, int] | None:
-    """`clang --version` as (major, minor, patch); None when clang is not installed."""
-    path = shutil.which(clang)
-    if path is None:
-        return None
-    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
-    m = re.search(r"clang version (\d+)\.(\d+)\.(\d+)", out)
-    if m is None:
-        return None
-    return int(m[1]), int(m[2]), int(m[3])
-
-
-def clang_version_problem(version: tuple[int, int, int] | None) -> str:
-    """One actionable line when `version` cannot build the tracer, else ""."""
-    if version is None:
-        return "clang is not installed: it builds the LBR tracer (apt-get install clang)"
-    if version[0] >= MIN_CLANG:
-        return ""
-    have = ".".join(map(str, version))
-    return (
-        f"clang {have} is too old to build the LBR tracer: pytest-lbr needs clang >= "
-        f"{MIN_CLANG} (apt-get install clang-14, then make -C bpf CLANG=clang-14)"
-    )
-
-
-def tracer_not_built(missing: str) -> str:
-    """Why there is no tracer object at `missing`: the fix, and clang's problem if it has one."""
-    msg = (
-        f"LBR tracer object missing from this install: {missing} "
-        f"(reinstall pytest-lbr; in a source tree run: make -C bpf)"
-    )
-    problem = clang_version_problem(clang_version())
-    return f"{msg}; {problem}" if problem else msg
-
-
 def try_load_fexit(function: str = "vfs_write") -> None:
     """Load (never attach) the fexit tracer on `function`: raises if this kernel refuses."""
-    hs = HookSet([], snapshot=True)
+    hs = HookSet([], snapshot=True)  # not attached: nothing but this one load
     try:
-        obj, prog = hs._open("lbr_fexit", hs.tgid)
-        check_int(
-            lib.bpf_program__set_attach_target(prog, 0, function.encode()), "set_attach_target"
-        )
-        hs._load(obj, f"fexit on {function}")
+        hs.load_fexit(function)
     finally:
         hs.close()
 
@@ -658,88 +481,3 @@ def _link(link: int | None, what: str) -> int:
     if not link:
         raise BpfError(ctypes.get_errno() or errno.EINVAL, what)
     return int(link)
-
-
-def _decode_record(data: bytes, layout: TracerLayout | None = None) -> RawHit:
-    layout = layout or tracer_layout()
-    record = hit_record_type(layout.max_entries)
-    rec: Any = record.from_buffer_copy(data.ljust(ctypes.sizeof(record), b"\0"))
-    if rec.type != layout.constants["LBR_RECORD_HIT"]:
-        raise CaptureError(f"LBR tracer sent an unknown record type {rec.type}")
-    n = min(rec.nr_entries, layout.max_entries)
-    return RawHit(
-        target=rec.cookie >> 32,
-        function=rec.cookie & 0xFFFFFFFF,
-        cpu=rec.cpu,
-        pid=rec.pid,
-        tid=rec.tid,
-        ts_ns=rec.ts_ns,
-        retval=rec.retval if rec.flags & layout.constants["LBR_HIT_HAS_RETVAL"] else None,
-        snapshot_ret=rec.snapshot_ret,
-        entries=[(e.from_, e.to, e.flags) for e in rec.entries[:n]],
-        func_ip=rec.func_ip,
-        hook=rec.hook,
-    )
-
-
-def _check_in_btf(target: Target) -> None:
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf or lib.libbpf_get_error(btf):
-        raise CaptureError(
-            f"{target.spec}: no kernel BTF (/sys/kernel/btf/vmlinux): fexit impossible"
-        )
-    try:
-        if lib.btf__find_by_name_kind(btf, (target.function or "").encode(), _BTF_KIND_FUNC) < 0:
-            raise CaptureError(
-                f"{target.spec}: {target.function} is not a function in the kernel BTF "
-                "(misspelt, inlined, static duplicate or a module function)"
-            )
-    finally:
-        lib.btf__free(btf)
-
-
-def _filter_functions_text() -> str | None:
-    for root in TRACEFS_MOUNTS:
-        try:
-            return filter_functions_text(root)
-        except OSError:
-            continue
-    return None
-
-
-def _btf_function_names() -> set[str]:
-    return set(_btf_functions())
-
-
-def _btf_functions() -> list[str]:
-    btf = lib.btf__load_vmlinux_btf()
-    if not btf or lib.libbpf_get_error(btf):
-        return []
-    try:
-        out = []
-        for type_id in range(1, lib.btf__type_cnt(btf)):
-            t = ctypes.cast(lib.btf__type_by_id(btf, type_id), POINTER(c_uint32))
-            if (t[1] >> 24) & 0x1F == _BTF_KIND_FUNC:
-                out.append(lib.btf__str_by_offset(btf, t[0]).decode())
-        return out
-    finally:
-        lib.btf__free(btf)
-
-
-def expand_glob(pattern: str, functions: Iterable[str] | None = None) -> list[str]:
-    """Traceable kernel functions matching `pattern`, minus the tracer's own, sorted, unique.
-
-    Functions listed twice (static functions of the same name) are dropped: a
-    name cannot say which one to attach.
-    """
-    if functions is None and (text := _filter_functions_text()) is not None:
-        seen = Counter(matching_functions(text, pattern, modules=False))
-    else:
-        names = _btf_functions() if functions is None else functions
-        seen = Counter(n for n in names if fnmatch.fnmatchcase(n, pattern))
-    own = TRACER_OWN_FUNCTIONS
-    return sorted(
-        n
-        for n, count in seen.items()
-        if count == 1 and not any(fnmatch.fnmatchcase(n, o) for o in own)
-    )

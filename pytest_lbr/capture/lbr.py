@@ -19,11 +19,11 @@ from typing import Any
 
 from pytest_lbr.capture import Capability, CaptureError
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.noise import TRACER_SYMBOLS
 from pytest_lbr.targets import Target
 
 __all__ = [
     "BRANCH_TYPE_KINDS",
-    "TRACER_SYMBOLS",
     "BranchFlags",
     "LbrCapture",
     "branch_events_problem",
@@ -44,39 +44,6 @@ BRANCH_TYPE_KINDS = {
     6: "ret",
     7: "syscall",
 }
-
-#: Code the tracer itself runs between the traced function and the snapshot:
-#: trampolines, program entry/exit, the kprobe/fprobe/tracepoint plumbing, the
-#: tracer program (bpf_prog_<tag>_lbr_*) and the helper.
-TRACER_SYMBOLS = (
-    "bpf_trampoline_*",
-    "__bpf_prog_enter*",
-    "__bpf_prog_exit*",
-    "__bpf_tramp_*",
-    "bpf_prog_*_lbr_*",
-    "bpf_get_branch_snapshot",
-    "bpf_get_smp_processor_id",
-    "intel_pmu_snapshot*",
-    "amd_pmu_*snapshot*",
-    "migrate_disable",
-    "migrate_enable",
-    "__rcu_read_lock",
-    "__rcu_read_unlock",
-    "rcu_read_lock*",
-    "kprobe_multi_link_*",
-    "fprobe_*",
-    "rethook_*",
-    "arch_rethook_*",
-    "kprobe_*",
-    "kretprobe_*",
-    "trace_call_bpf",
-    "bpf_trace_run*",
-    "__bpf_trace_*",
-    "perf_trace_*",
-    "bpf_prog_run*",
-    "ftrace_*",
-    "uprobe_*",
-)
 
 
 @dataclass(frozen=True)
@@ -221,7 +188,7 @@ def branch_events_problem(exc: OSError) -> str:
 
 def _probe() -> str:
     from pytest_lbr.capture import hooks, perf
-    from pytest_lbr.capture.tracer_object import tracer_object
+    from pytest_lbr.capture.tracer_object import tracer_not_built, tracer_object
     from pytest_lbr.libbpf import BpfError, lib, libbpf_version, libbpf_version_problem
     from pytest_lbr.targets import parse_target
 
@@ -232,7 +199,7 @@ def _probe() -> str:
     try:
         tracer_object()
     except FileNotFoundError as exc:
-        return hooks.tracer_not_built(exc.filename)
+        return tracer_not_built(exc.filename)
     too_old = libbpf_version_problem(libbpf_version())
     if too_old:
         return too_old

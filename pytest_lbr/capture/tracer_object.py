@@ -14,13 +14,29 @@ import ctypes
 import errno
 import functools
 import platform
+import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from pytest_lbr.libbpf import BpfError, lib
 
-__all__ = ["TracerLayout", "object_arch", "tracer_layout", "tracer_object"]
+__all__ = [
+    "MIN_CLANG",
+    "TracerLayout",
+    "clang_version",
+    "clang_version_problem",
+    "object_arch",
+    "tracer_layout",
+    "tracer_not_built",
+    "tracer_object",
+]
+
+#: The oldest clang that builds the tracer (bpf/flags.mk): libbpf-bootstrap's
+#: minimum for BPF objects like it (BTF-defined maps, global data, CO-RE).
+MIN_CLANG = 11
 
 #: platform.machine() -> the arch name of bpf_tracing.h (`__TARGET_ARCH_<name>`).
 _ARCHES = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm64", "arm64": "arm64"}
@@ -120,3 +136,38 @@ def tracer_layout(path: Path | None = None) -> TracerLayout:
     if not hit_size or not max_entries or "LBR_RECORD_HIT" not in constants:
         raise BpfError(errno.EINVAL, f"{path}: no struct lbr_hit / LBR_* enums in its BTF")
     return TracerLayout(constants, hit_size, max_entries)
+
+
+def clang_version(clang: str = "clang") -> tuple[int, int, int] | None:
+    """`clang --version` as (major, minor, patch); None when clang is not installed."""
+    path = shutil.which(clang)
+    if path is None:
+        return None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"clang version (\d+)\.(\d+)\.(\d+)", out)
+    if m is None:
+        return None
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def clang_version_problem(version: tuple[int, int, int] | None) -> str:
+    """One actionable line when `version` cannot build the tracer, else ""."""
+    if version is None:
+        return "clang is not installed: it builds the LBR tracer (apt-get install clang)"
+    if version[0] >= MIN_CLANG:
+        return ""
+    have = ".".join(map(str, version))
+    return (
+        f"clang {have} is too old to build the LBR tracer: pytest-lbr needs clang >= "
+        f"{MIN_CLANG} (apt-get install clang-14, then make -C bpf CLANG=clang-14)"
+    )
+
+
+def tracer_not_built(missing: str) -> str:
+    """Why there is no tracer object at `missing`: the fix, and clang's problem if it has one."""
+    msg = (
+        f"LBR tracer object missing from this install: {missing} "
+        f"(reinstall pytest-lbr; in a source tree run: make -C bpf)"
+    )
+    problem = clang_version_problem(clang_version())
+    return f"{msg}; {problem}" if problem else msg

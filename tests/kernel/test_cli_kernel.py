@@ -15,6 +15,9 @@ import pytest
 
 pytestmark = pytest.mark.kernel
 
+#: The installed console script (not `python -m`, which would import the checkout).
+PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+
 TRACEFS = Path("/sys/kernel/tracing")
 HIT = re.compile(r"Hit at (\S+): cpu=\d+ pid=\d+ tid=\d+( retval=-?\d+)? branches=(\d+)")
 BRANCH = re.compile(r"(\[#\d+\] )?\S+ (\(\S+:\d+\) )?-> \S+( \(\S+:\d+\))?")
@@ -22,7 +25,7 @@ BRANCH = re.compile(r"(\[#\d+\] )?\S+ (\(\S+:\d+\) )?-> \S+( \(\S+:\d+\))?")
 
 def cli(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest_lbr.cli", *argv],
+        [PYTEST_LBR, *argv],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -87,7 +90,7 @@ def test_trace_disasm_shows_the_call_instruction() -> None:
 
 def test_ctrl_c_ends_trace_cleanly() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_lbr.cli", "trace", "kfunc:vfs_write"],
+        [PYTEST_LBR, "trace", "kfunc:vfs_write"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -247,6 +247,29 @@ def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(pytester: pytest.Pyt
     assert settle(before) == before
 
 
+def test_bad_targets_inside_with_lbr_trace_fail_in_one_line(pytester: pytest.Pytester) -> None:
+    """The same targets in `with lbr.trace(...)`: one line at the test's own line, naming
+    the error, no traceback through the plugin (docs/errors.md)."""
+    before = state()
+    body = "".join(
+        f"\ndef test_{i}(lbr):\n    with lbr.trace({t!r}):\n        pass\n"
+        for i, t in enumerate(BAD_TARGETS)
+    )
+    (pytester.path / "test_bad.py").write_text(body)  # as is: the line numbers below
+    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", "-p", "no:cacheprovider")
+    out = result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(failed=len(BAD_TARGETS))
+    for i, message in enumerate(BAD_TARGETS.values()):
+        line = 3 + 4 * i  # the `with` line of test_<i>
+        pattern = f"^test_bad.py:{line}: (TargetError|CaptureError): .*{message}"
+        assert [ln for ln in out.splitlines() if re.search(pattern, ln)], (
+            f"{pattern!r} not in:\n{out}"
+        )
+    for noise in ("Traceback", "INTERNALERROR", "During handling", "session.py", "tracer.py"):
+        assert noise not in out, out
+    assert settle(before) == before
+
+
 def test_uprobe_on_missing_binary_or_symbol_with_lbr_hooks(tmp_path: Path) -> None:
     from pytest_lbr.capture import CaptureError
     from pytest_lbr.capture.hooks import HookSet

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.hooks import DEFAULT_GLOB_FALLBACK, HookSet, RawHit
+from pytest_lbr.capture.hooks import DEFAULT_GLOB_FALLBACK, HookSet
+from pytest_lbr.capture.records import RawHit
 from pytest_lbr.targets import parse_target
 
 pytestmark = pytest.mark.kernel
