@@ -29,7 +29,7 @@ from types import FrameType
 from typing import TextIO
 
 from pytest_lbr.capture import BACKENDS, FILTERS
-from pytest_lbr.model import Branch, Hit, format_branches, format_hit_header
+from pytest_lbr.model import CALL_KINDS, Branch, Hit, format_branches, format_hit_header
 
 __all__ = ["DoctorCheck", "doctor_checks", "main"]
 
@@ -72,7 +72,7 @@ def _disasm_lines(branch: Branch) -> list[str]:
     # A source address is either the branch instruction itself (LBR) or the return
     # address after a call (the graph backend): show what leads up to it.
     upto = [i for i in insns if i.addr <= addr]
-    if upto and upto[-1].addr == addr and branch.kind not in ("call", "ind_call"):
+    if upto and upto[-1].addr == addr and branch.kind not in CALL_KINDS:
         window = upto[-3:]
         mark = addr
     else:

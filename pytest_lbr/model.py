@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "BRANCH_KINDS",
+    "CALL_KINDS",
     "Branch",
     "InlineFrame",
     "Hit",
@@ -24,7 +25,8 @@ __all__ = [
 
 #: Every value `Branch.kind` can take.
 BRANCH_KINDS = ("call", "ret", "jmp", "cond", "ind_call", "ind_jmp", "syscall", "unknown")
-_CALL_KINDS = ("call", "ind_call")
+#: The kinds that enter a function (what `called()` and golden edges count).
+CALL_KINDS = ("call", "ind_call")
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class Trace:
 
     def calls(self) -> Iterator[Branch]:
         """Branches that are calls (direct or indirect)."""
-        return (b for b in self.branches() if b.kind in _CALL_KINDS)
+        return (b for b in self.branches() if b.kind in CALL_KINDS)
 
     def called(self, callee: str, by: str | None = None) -> bool:
         """True if some call entered `callee` (from `by`, if given). Globs allowed."""

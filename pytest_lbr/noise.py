@@ -7,7 +7,7 @@ what to leave out where; everything that filters noise imports them from here.
 
 from __future__ import annotations
 
-__all__ = ["PROBE_HANDLERS", "TRACER_OWN_FUNCTIONS", "TRACER_SYMBOLS"]
+__all__ = ["DEFAULT_EXCLUDE", "PROBE_HANDLERS", "TRACER_OWN_FUNCTIONS", "TRACER_SYMBOLS"]
 
 #: Code the tracer itself runs between the traced function and the snapshot:
 #: trampolines, program entry/exit, the kprobe/fprobe/tracepoint plumbing, the
@@ -88,4 +88,108 @@ PROBE_HANDLERS = frozenset(
         "kretprobe_trampoline_handler",
         "__kretprobe_trampoline_handler",
     }
+)
+
+
+#: Functions that are noise rather than the code under test, with everything they call.
+#: Interrupts and exceptions arrive whenever the timer says so; softirq and RCU work
+#: runs on their way out; the tracer itself (BPF trampolines, ftrace/fgraph, rethook,
+#: the ring buffer) shows up around every hit. A test that wants one of them back
+#: lists it in `keep=` (marker) or removes it with the `lbr_golden_keep` ini key.
+DEFAULT_EXCLUDE: tuple[str, ...] = (
+    # hard and soft interrupts, exceptions, IPIs
+    "asm_*",
+    "sysvec_*",
+    "__sysvec_*",
+    "common_interrupt",
+    "__common_interrupt",
+    "irq_enter*",
+    "irq_exit*",
+    "irqentry_*",
+    "handle_irq*",
+    "handle_edge_irq",
+    "handle_fasteoi_irq",
+    "generic_handle_*",
+    "exc_page_fault",
+    "do_softirq*",
+    "__do_softirq",
+    "handle_softirqs",
+    "__irq_exit_rcu",
+    "invoke_softirq",
+    "raise_softirq*",
+    "__raise_softirq*",
+    "tasklet_*",
+    "flush_smp_call_function_*",
+    "generic_smp_call_function_*",
+    # timers and scheduler ticks that interrupt the traced code
+    "hrtimer_*",
+    "__hrtimer_*",
+    "tick_*",
+    "update_process_times",
+    "scheduler_tick",
+    "sched_tick",
+    "run_timer_softirq",
+    "run_local_timers",
+    "timekeeping_*",
+    "ktime_get*",
+    # RCU bookkeeping (the tracer's programs run under RCU)
+    "rcu_*",
+    "__rcu_*",
+    # the scheduler, entered at a preemption point (cond_resched, preempt_enable)
+    # when the time slice happens to run out: another task runs in between
+    "__schedule",
+    "schedule",
+    "preempt_schedule*",
+    "finish_task_switch*",
+    "__traceiter_sched_*",
+    # slab and page allocator slow paths: whether a free or an allocation takes
+    # them depends on what the allocator has cached, not on the code under test
+    "___slab_alloc",
+    "__slab_alloc*",
+    "__slab_free",
+    "put_cpu_partial",
+    "__put_partials",
+    "__unfreeze_partials",
+    "unfreeze_partials*",
+    "get_partial*",
+    "deactivate_slab",
+    "discard_slab",
+    "new_slab",
+    "allocate_slab",
+    "__free_slab",
+    "free_slab",
+    "refill_obj_stock",
+    "drain_obj_stock",
+    "__alloc_pages*",
+    "get_page_from_freelist",
+    "rmqueue*",
+    "__rmqueue*",
+    "free_unref_page*",
+    "free_pcppages_bulk",
+    "__free_pages*",
+    "__free_one_page",
+    # tracer machinery: BPF trampolines, ftrace/fgraph, kprobes, perf, ring buffers
+    "__bpf_prog_enter*",
+    "__bpf_prog_exit*",
+    "__bpf_tramp_*",
+    "bpf_trampoline_*",
+    "bpf_get_branch_snapshot",
+    "bpf_get_smp_processor_id",
+    "bpf_ringbuf_*",
+    "bpf_perf_event_output",
+    "migrate_disable",
+    "migrate_enable",
+    "preempt_count_*",
+    "ftrace_*",
+    "function_graph_*",
+    "fgraph_*",
+    "prepare_ftrace_return",
+    "return_to_handler",
+    "trace_graph_*",
+    "kprobe_*",
+    "rethook_*",
+    "arch_rethook_*",
+    "fprobe_*",
+    "perf_*",
+    "__perf_*",
 )

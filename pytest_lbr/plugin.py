@@ -53,6 +53,14 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         "bool",
     ),
     (
+        "--lbr-golden-prune",
+        {
+            "action": "store_true",
+            "help": "delete golden traces no test used (modules whose tests all ran and passed)",
+        },
+        "bool",
+    ),
+    (
         "--lbr-vmlinux",
         {"metavar": "PATH", "help": "debug vmlinux for file:line (default: auto-discovered)"},
         "string",

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_lbr.model import Trace
+from pytest_lbr.golden.storage import safe_file_name
+from pytest_lbr.model import CALL_KINDS, Trace
 
 if TYPE_CHECKING:
-    from pytest_lbr.session import TestRecord
+    from pytest_lbr.golden.check import GoldenResult
+    from pytest_lbr.record import TestRecord
 
 __all__ = [
     "MAX_NODES",
@@ -36,12 +37,10 @@ __all__ = [
 #: Diagram nodes and table rows per trace; the text file always has everything.
 MAX_NODES = 250
 MAX_ROWS = 400
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+\-\[\]]")
-_CALLS = ("call", "ind_call")
 
 
 def _file_stem(nodeid: str) -> str:
-    return _UNSAFE.sub("_", nodeid.replace("::", "."))[:200]
+    return safe_file_name(nodeid.replace("::", "."))[:200]
 
 
 def write_test_files(report_dir: Path, record: TestRecord) -> Path:
@@ -59,10 +58,23 @@ def write_test_files(report_dir: Path, record: TestRecord) -> Path:
         "outcome": record.outcome,
         "text": text_path.name,
         "traces": [_trace_json(t) for t in record.traces],
-        "golden": record.golden,
+        "golden": [_golden_json(g) for g in record.golden],
     }
     (report_dir / ".parts" / f"{stem}.json").write_text(json.dumps(part), encoding="utf-8")
     return text_path
+
+
+def _golden_json(result: GoldenResult) -> dict[str, Any]:
+    # The part files cross processes (xdist workers -> controller): plain data.
+    return {
+        "name": result.name,
+        "path": str(result.path),
+        "level": result.level,
+        "status": result.status,
+        "message": result.message,
+        "expected": list(result.expected),
+        "actual": list(result.actual),
+    }
 
 
 def _loc(loc: Any) -> list[Any]:
@@ -108,7 +120,7 @@ def call_tree(hit: dict[str, Any]) -> Node:
     root = Node(hit["target"])
     stack = [root]
     for kind, src_sym, _sn, _ss, dst_sym, _dn, _ds in hit["branches"]:
-        if kind in _CALLS:
+        if kind in CALL_KINDS:
             if len(stack) == 1 and not root.children and src_sym:
                 # Show the traced function itself under the target label.
                 caller = Node(src_sym)

@@ -8,20 +8,20 @@ without `--lbr` they never are.
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import sys
 from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_lbr.record import TestRecord
+
 if TYPE_CHECKING:
-    from pytest_lbr.golden import Normalization
+    from pytest_lbr.golden.normalize import Normalization
+    from pytest_lbr.golden.unused import GoldenUsage
     from pytest_lbr.model import Trace
     from pytest_lbr.tracer import Tracer
 
@@ -53,31 +53,6 @@ LEVEL_CHOICES = ("function", "symbol", "line")
 EXIT_CANNOT_TRACE = 125
 DISABLED_REASON = "tracing disabled: run with --lbr"
 _MARKER_KWARGS = {"golden", "level", "exclude", "keep", "collapse", "sort_hits"}
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.,=+\-\[\]]")
-
-
-@dataclass
-class TestRecord:
-    """What one test traced and how its golden checks went (reports read this)."""
-
-    __test__ = False  # not a pytest test class despite the name
-
-    nodeid: str
-    outcome: str = "passed"
-    #: The `lbr` fixture's `Tracer.traces` (the same list object), when it was used.
-    tracer_traces: list[Trace] = field(default_factory=list)
-    #: Traces passed to a golden check that did not come from the tracer.
-    checked_traces: list[Trace] = field(default_factory=list)
-    #: One dict per golden check: name, path, status, expected, actual, message.
-    golden: list[dict[str, Any]] = field(default_factory=list)
-    golden_names: set[str] = field(default_factory=set)
-    reported: bool = False
-
-    @property
-    def traces(self) -> list[Trace]:
-        """Every trace of the test, each once, in the order taken."""
-        extra = [t for t in self.checked_traces if all(t is not u for u in self.tracer_traces)]
-        return [*self.tracer_traces, *extra]
 
 
 RECORD_KEY = pytest.StashKey[TestRecord]()
@@ -94,6 +69,7 @@ class LbrSession:
         self.require = bool(self._option("lbr_require"))
         self.filter = self._option("lbr_filter") or None
         self.golden_update = bool(self._option("lbr_golden_update"))
+        self.golden_prune = bool(self._option("lbr_golden_prune"))
         self.vmlinux = self._option("lbr_vmlinux") or None
         report = self._option("lbr_report")
         self.report_dir = Path(report).resolve() if report else None
@@ -108,6 +84,17 @@ class LbrSession:
             use_vmlinux(str(self.vmlinux))
         #: Golden files written in this process, and (controller) by the xdist workers.
         self.written: list[str] = []
+        #: Golden checks per module (and, controller, the workers'), created by the first.
+        self.golden_usage: GoldenUsage | None = None
+        #: Golden files no test used (deleted under --lbr-golden-prune), at the end.
+        self.unused: list[Path] = []
+        # What an unused golden file must not be blamed on: node ids of each module's
+        # collected tests, modules with deselected tests, node ids that passed / failed.
+        self._collected: dict[str, list[str]] = {}
+        self._deselected: set[str] = set()
+        self._narrowed = any("::" in str(arg) for arg in config.args)
+        self._passed: set[str] = set()
+        self._failed: set[str] = set()
         #: Tests that needed tracing, split by whether they could get it.
         self.traced_ok = 0
         self.traced_unavailable = 0
@@ -242,7 +229,8 @@ class LbrSession:
 
     def normalization(self, item: pytest.Item) -> Normalization:
         """Default exclusions + ini `lbr_golden_exclude`/`lbr_golden_keep` + marker knobs."""
-        from pytest_lbr.golden import DEFAULT_EXCLUDE, Normalization
+        from pytest_lbr.golden import Normalization
+        from pytest_lbr.noise import DEFAULT_EXCLUDE
 
         marker = item.get_closest_marker("lbr")
         kw = marker.kwargs if marker else {}
@@ -263,7 +251,8 @@ class LbrSession:
         self, item: pytest.Item, trace: Trace, name: str | None = None, level: str = "function"
     ) -> None:
         """Compare `trace` with the test's golden file, or write it under --lbr-golden-update."""
-        from pytest_lbr import golden as g
+        from pytest_lbr.golden import LEVELS, GoldenCheck
+        from pytest_lbr.golden.storage import display_path
 
         record = self.record(item)
         test_name = _golden_test_name(item) + (f".{name}" if name else "")
@@ -274,76 +263,33 @@ class LbrSession:
             )
         record.golden_names.add(test_name)
         record.checked_traces.append(trace)
-        if level not in g.LEVELS:
+        if level not in LEVELS:
             pytest.fail(
-                f"unknown golden level {level!r}; choose from {', '.join(g.LEVELS)}", pytrace=False
+                f"unknown golden level {level!r}; choose from {', '.join(LEVELS)}", pytrace=False
             )
-        release = trace.kernel_release or os.uname().release
-        path, default = g.golden_path(Path(str(item.path)), test_name, release)
-        entry: dict[str, Any] = {
-            "name": test_name,
-            "path": str(path),
-            "level": level,
-            "expected": [],
-            "actual": [],
-        }
-        record.golden.append(entry)
+        module_path = Path(str(item.path))
+        check = GoldenCheck(module_path, self.normalization(item), update=self.golden_update)
+        result = check.run(trace, test_name, level)
+        record.golden.append(result)
+        self._note_golden_use(module_path, result.path)
+        shown = display_path(result.path)
+        if result.status == "written":
+            self.note_written(shown)
+        item.user_properties.append(("lbr_golden", f"{result.status}: {shown}"))
+        if not result.passed:
+            pytest.fail(result.message, pytrace=False)
 
-        def done(status: str, message: str = "") -> None:
-            entry["status"], entry["message"] = status, message
-            item.user_properties.append(("lbr_golden", f"{status}: {_rel(path)}"))
-            if status not in ("match", "written", "unchanged"):
-                pytest.fail(message, pytrace=False)
+    def _note_golden_use(self, module_path: Path, path: Path) -> None:
+        module = str(module_path)
+        complete = not self._narrowed and module not in self._deselected
+        self._usage().note(module_path, self._collected.get(module, ()), complete, path)
 
-        if trace.lost:
-            return done(
-                "error", f"trace lost {trace.lost} records: a golden comparison would be unreliable"
-            )
-        actual = entry["actual"] = g.normalize(trace, level, self.normalization(item))
-        old: g.GoldenFile | None = None
-        problem = ""
-        try:
-            old = g.parse(path.read_text(encoding="utf-8"), _rel(path)) if path.exists() else None
-        except g.GoldenError as e:
-            problem = str(e)
-        if problem and not self.golden_update:
-            return done("error", f"unusable golden trace: {problem}")
-        if old is not None:
-            entry["expected"] = old.lines
-        if self.golden_update:
-            if (
-                old is not None
-                and old.lines == actual
-                and old.level == level
-                and old.backend == trace.backend
-            ):
-                return done("unchanged")
-            g.write_atomic(path, g.serialize(trace, actual, level))
-            self.note_written(_rel(path))
-            return done("written")
-        if old is None:
-            return done(
-                "missing",
-                f"no golden trace {_rel(default)}: run with --lbr-golden-update to record it",
-            )
-        if old.level != level:
-            return done(
-                "error",
-                f"{_rel(path)} was recorded at level {old.level!r}, checked at {level!r}: re-record it",
-            )
-        try:
-            cmp = g.compare(trace, old, Path(_rel(path)), actual)
-        except g.GoldenError as e:
-            problem = str(e)
-        if problem:
-            return done("error", f"unusable golden trace: {problem}")
-        if cmp.matches:
-            return done("match")
-        done(
-            "mismatch",
-            f"golden trace mismatch: {_rel(path)}\n{cmp.first_divergence()}\n{cmp.diff()}\n"
-            "(if the new path is right: pytest --lbr --lbr-golden-update)",
-        )
+    def _usage(self) -> GoldenUsage:
+        if self.golden_usage is None:  # only sessions that check golden traces import it
+            from pytest_lbr.golden.unused import GoldenUsage
+
+            self.golden_usage = GoldenUsage()
+        return self.golden_usage
 
     def note_written(self, path: str) -> None:
         self.written.append(path)
@@ -351,8 +297,11 @@ class LbrSession:
             self.config.workeroutput.setdefault("lbr_written", []).append(path)  # type: ignore[attr-defined]
 
     def worker_done(self, node: Any) -> None:
-        """xdist controller: collect what a worker wrote."""
-        self.written.extend(getattr(node, "workeroutput", {}).get("lbr_written", []))
+        """xdist controller: collect what a worker wrote and which golden files it used."""
+        output = getattr(node, "workeroutput", {})
+        self.written.extend(output.get("lbr_written", []))
+        if output.get("lbr_golden_usage"):
+            self._usage().merge(output["lbr_golden_usage"])
 
     # -- records, reports, assertion explanations ---------------------------------
 
@@ -388,9 +337,25 @@ class LbrSession:
         text_path = write_test_files(self.report_dir, record)
         item.user_properties.append(("lbr_trace", str(text_path)))
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Hook: each module's tests, for unused golden files (per xdist worker: they
+        all collect the same tests; the controller collects none)."""
+        for item in session.items:
+            self._collected.setdefault(str(item.path), []).append(item.nodeid)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Hook: a module with deselected tests (-k, --lbr-shard...) may have used more
+        golden files than this session saw."""
+        self._deselected.update(str(item.path) for item in items)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Hook (the session is registered as a plugin): count tests that needed tracing,
-        on the xdist controller too, from the properties the reports carry."""
+        on the xdist controller too, from the properties the reports carry; note which
+        tests passed, for unused golden files."""
+        if report.failed:
+            self._failed.add(report.nodeid)
+        elif report.when == "call" and report.passed:
+            self._passed.add(report.nodeid)
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
@@ -413,15 +378,32 @@ class LbrSession:
             from pytest_lbr.report import write_html
 
             write_html(self.report_dir)
+        if self.golden_usage and self.is_worker:
+            self.config.workeroutput["lbr_golden_usage"] = self.golden_usage.to_json()  # type: ignore[attr-defined]
+        elif self.golden_usage:
+            self.unused = self.golden_usage.unused(self._passed - self._failed)
+            if self.golden_prune:
+                for path in self.unused:
+                    path.unlink(missing_ok=True)
 
     def summary(self, terminal: Any) -> None:
-        """Terminal summary: golden files written, report, why the exit status is 125."""
+        """Terminal summary: golden files written and unused, report, why the exit
+        status is 125."""
         if self.is_worker:
             return
         if self.written:
             terminal.write_sep("-", f"lbr: {len(self.written)} golden trace(s) written")
             for path in sorted(self.written):
                 terminal.write_line(f"  {path}")
+        if self.unused:
+            from pytest_lbr.golden.storage import display_path
+
+            head = f"lbr: {len(self.unused)} unused golden trace(s)"
+            shown = ", ".join(display_path(path) for path in self.unused)
+            if self.golden_prune:
+                terminal.write_line(f"{head} deleted: {shown}")
+            else:
+                terminal.write_line(f"{head}: {shown} (--lbr-golden-prune deletes them)")
         if self.report_dir is not None and (self.report_dir / "index.html").exists():
             terminal.write_line(f"lbr: report {self.report_dir / 'index.html'}")
         if self.unavailable_reason:
@@ -433,12 +415,7 @@ class LbrSession:
 
 def _golden_test_name(item: pytest.Item) -> str:
     # "test_mod.py::TestX::test_y[a]" -> "TestX.test_y[a]": unique within the module.
+    from pytest_lbr.golden.storage import safe_file_name
+
     parts = item.nodeid.split("::")[1:]
-    return _UNSAFE.sub("_", ".".join(parts) or item.name)
-
-
-def _rel(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
+    return safe_file_name(".".join(parts) or item.name)

@@ -202,3 +202,60 @@ def test_write_atomic_tolerates_a_directory_made_concurrently(tmp_path, monkeypa
     monkeypatch.setattr(Path, "mkdir", racing_mkdir)
     write_atomic(target, "x\n")
     assert target.read_text() == "x\n"
+
+
+def test_one_file_name_rule_for_golden_files_and_reports() -> None:
+    from pytest_lbr.golden.storage import safe_file_name
+
+    assert safe_file_name("TestX.test_y[a/b:c]") == "TestX.test_y[a_b_c]"
+    # `@` separates a test's name from a variant's kernel series: never part of a name.
+    assert safe_file_name("test_x[v@6.12]") == "test_x[v_6.12]"
+    assert safe_file_name("t[a,b=c+d-e]") == "t[a,b=c+d-e]"
+
+
+def test_check_statuses(tmp_path: Path) -> None:
+    """GoldenCheck without pytest: missing, written, unchanged, match, mismatch, lossy."""
+    module = tmp_path / "test_mod.py"
+    t = trace(call("vfs_write", "write_null"))
+    check = g.GoldenCheck(module)
+    missing = check.run(t, "test_a")
+    assert (missing.status, missing.passed, missing.expected) == ("missing", False, ())
+    assert missing.message.endswith(": run with --lbr-golden-update to record it")
+    update = g.GoldenCheck(module, update=True)
+    assert update.run(t, "test_a").status == "written"
+    assert update.run(t, "test_a").status == "unchanged"
+    match = check.run(t, "test_a")
+    assert (match.status, match.passed, match.path) == ("match", True, missing.path)
+    assert match.expected == match.actual == ("hit kfunc:vfs_write", "vfs_write -> write_null")
+    other = check.run(trace(call("vfs_write", "write_zero")), "test_a")
+    assert other.status == "mismatch"
+    assert other.message.startswith("golden trace mismatch: ")
+    assert "first divergence at edge 2" in other.message
+    t.lost = 3
+    lossy = check.run(t, "test_a")
+    assert (lossy.status, lossy.actual) == ("error", ())
+    assert lossy.message == "trace lost 3 records: a golden comparison would be unreliable"
+
+
+def test_unused_files_and_usage(tmp_path: Path) -> None:
+    from pytest_lbr.golden.storage import golden_dir, golden_name, unused_files
+    from pytest_lbr.golden.unused import GoldenUsage
+
+    module = tmp_path / "test_mod.py"
+    folder = golden_dir(module)
+    for name in ("test_a.lbr", "test_a@6.12.lbr", "test_b.lbr", ".test_a.lbr.x.tmp", "notes.txt"):
+        g.write_atomic(folder / name, "x\n")
+    assert golden_name(folder / "test_a@6.12.lbr") == golden_name(folder / "test_a.lbr") == "test_a"
+    assert unused_files(module, {"test_a"}) == [folder / "test_b.lbr"]
+    assert unused_files(tmp_path / "test_other.py", set()) == []
+
+    usage = GoldenUsage()
+    assert not usage
+    usage.note(module, ["m::test_a", "m::test_c"], True, folder / "test_a.lbr")
+    assert usage.unused({"m::test_a", "m::test_c"}) == [folder / "test_b.lbr"]
+    assert usage.unused({"m::test_a"}) == []  # test_c did not pass: it may use test_b
+    # An xdist worker that deselected a test of the module makes it incomplete.
+    worker = GoldenUsage()
+    worker.note(module, ["m::test_a", "m::test_c"], False, folder / "test_a.lbr")
+    usage.merge(worker.to_json())
+    assert usage.unused({"m::test_a", "m::test_c"}) == []

@@ -63,6 +63,18 @@ def golden_test(calls: tuple[str, ...] = ("rw_verify_area", "write_null"), **kw:
     """)
 
 
+def many_golden_tests(count: int) -> str:
+    """`count` parametrized tests with a golden trace each (for xdist)."""
+    return textwrap.dedent(f"""
+        import pytest
+        from tracehelper import make_trace
+
+        @pytest.mark.parametrize("n", range({count}))
+        def test_many(lbr_golden, n):
+            lbr_golden(make_trace(calls=tuple(f"f{{i}}" for i in range(n + 1))))
+    """)
+
+
 def host_can_trace() -> bool:
     from pytest_lbr.tracer import Tracer
 
@@ -386,6 +398,89 @@ def test_levels_and_names(suite: pytest.Pytester) -> None:
     assert "0xffffffff" not in sym + line  # no addresses
 
 
+UNUSED_SUITE = """
+import pytest
+from tracehelper import make_trace
+
+def test_write(lbr_golden):
+    lbr_golden(make_trace())
+
+def test_plain():
+    if {skip}:
+        pytest.skip("not here")
+"""
+
+
+def test_unused_golden_files_are_listed_then_pruned(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_suite=UNUSED_SUITE.format(skip=False))
+    suite.runpytest("--lbr-golden-update").assert_outcomes(passed=2)
+    used = golden_file(suite)
+    variant = golden_file(suite, "test_write@6.1")  # for another kernel: not unused
+    orphan = golden_file(suite, "test_gone")
+    for path in (variant, orphan):
+        path.write_text(used.read_text())
+    listed = suite.runpytest("--lbr")
+    listed.assert_outcomes(passed=2)
+    assert listed.ret == 0
+    listed.stdout.fnmatch_lines(
+        [
+            "lbr: 1 unused golden trace(s): __lbr_golden__/test_suite/test_gone.lbr "
+            "(--lbr-golden-prune deletes them)"
+        ]
+    )
+    # Not when a test of the module was left out, or did not pass: it may need them.
+    for args in (["-k", "test_write"], ["test_suite.py::test_write"]):
+        assert "unused golden" not in suite.runpytest("--lbr-golden-prune", *args).stdout.str()
+    suite.makepyfile(test_suite=UNUSED_SUITE.format(skip=True))
+    skipped = suite.runpytest("--lbr-golden-prune")
+    skipped.assert_outcomes(passed=1, skipped=1)
+    assert "unused golden" not in skipped.stdout.str()
+    assert orphan.exists()
+
+    suite.makepyfile(test_suite=UNUSED_SUITE.format(skip=False))
+    pruned = suite.runpytest("--lbr-golden-prune")
+    pruned.stdout.fnmatch_lines(
+        ["lbr: 1 unused golden trace(s) deleted: __lbr_golden__/test_suite/test_gone.lbr"]
+    )
+    assert used.exists() and variant.exists() and not orphan.exists()
+    assert "unused golden" not in suite.runpytest().stdout.str()
+    suite.runpytest("--help").stdout.fnmatch_lines(["*--lbr-golden-prune*delete golden traces*"])
+
+
+def test_unused_golden_files_under_xdist(suite: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    suite.makepyfile(test_suite=many_golden_tests(4))
+    suite.runpytest_subprocess("-n", "2", "--lbr-golden-update").assert_outcomes(passed=4)
+    orphan = golden_file(suite, "test_gone")
+    orphan.write_text(golden_file(suite, "test_many[3]").read_text())
+    result = suite.runpytest_subprocess("-n", "2")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        ["lbr: 1 unused golden trace(s): __lbr_golden__/test_suite/test_gone.lbr *"]
+    )
+    assert result.stdout.str().count("unused golden") == 1
+    suite.runpytest_subprocess("-n", "2", "--lbr-golden-prune").assert_outcomes(passed=4)
+    assert not orphan.exists()
+
+
+def test_only_the_plugin_imports_the_session() -> None:
+    """The session is the top of the package: nothing else depends on it (no cycles)."""
+    import ast
+
+    importers = []
+    for path in sorted((ROOT / "pytest_lbr").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "pytest_lbr.session":
+                importers.append(path.name)
+            elif isinstance(node, ast.ImportFrom) and node.module == "pytest_lbr":
+                if any(alias.name == "session" for alias in node.names):
+                    importers.append(path.name)
+            elif isinstance(node, ast.Import):
+                if any(alias.name == "pytest_lbr.session" for alias in node.names):
+                    importers.append(path.name)
+    assert importers == ["plugin.py"]
+
+
 # -- failure messages -------------------------------------------------------------------
 
 
@@ -469,16 +564,7 @@ def test_report_and_junit_properties(suite: pytest.Pytester) -> None:
 
 def test_xdist_updates_from_workers_and_summary_once(suite: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
-    suite.makepyfile(
-        test_suite="""
-        import pytest
-        from tracehelper import make_trace
-
-        @pytest.mark.parametrize("n", range(6))
-        def test_many(lbr_golden, n):
-            lbr_golden(make_trace(calls=tuple(f"f{i}" for i in range(n + 1))))
-        """
-    )
+    suite.makepyfile(test_suite=many_golden_tests(6))
     result = suite.runpytest_subprocess("-n", "2", "--lbr-golden-update", "--lbr-report=rep")
     result.assert_outcomes(passed=6)
     out = result.stdout.str()

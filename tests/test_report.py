@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_lbr.golden import GoldenResult
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.record import TestRecord
 from pytest_lbr.report import call_tree, render_html, write_html, write_test_files
-from pytest_lbr.session import TestRecord
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NODE_BLUE = (0xCF, 0xE3, 0xFF)  # svg.tree rect.fn fill
@@ -45,26 +46,26 @@ def write_trace(callee: str = "write_null") -> Trace:
     return Trace(["kfunc:vfs_write"], "graph", [hit], kernel_release="6.12.117+deb12-amd64")
 
 
-def record(nodeid: str, trace: Trace, golden: list[dict[str, object]] | None = None) -> TestRecord:
+def record(nodeid: str, trace: Trace, golden: list[GoldenResult] | None = None) -> TestRecord:
     rec = TestRecord(nodeid, outcome="failed" if golden else "passed", golden=golden or [])
     rec.checked_traces.append(trace)
     return rec
 
 
-def mismatch() -> dict[str, object]:
-    return {
-        "name": "test_write",
-        "path": "__lbr_golden__/test_x/test_write.lbr",
-        "status": "mismatch",
-        "level": "function",
-        "message": "",
-        "expected": [
+def mismatch() -> GoldenResult:
+    return GoldenResult(
+        name="test_write",
+        path=Path("__lbr_golden__/test_x/test_write.lbr"),
+        status="mismatch",
+        level="function",
+        message="",
+        expected=(
             "hit kfunc:vfs_write",
             "vfs_write -> rw_verify_area",
             "vfs_write -> write_null",
-        ],
-        "actual": ["hit kfunc:vfs_write", "vfs_write -> rw_verify_area", "vfs_write -> write_full"],
-    }
+        ),
+        actual=("hit kfunc:vfs_write", "vfs_write -> rw_verify_area", "vfs_write -> write_full"),
+    )
 
 
 def test_call_tree_nests_calls_and_returns() -> None:

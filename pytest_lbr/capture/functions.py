@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from ctypes import POINTER, c_uint32
 
-from pytest_lbr.capture import CaptureError
+from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, filter_functions_text, matching_functions
 from pytest_lbr.libbpf import lib
 from pytest_lbr.noise import TRACER_OWN_FUNCTIONS

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from pytest_lbr.capture import Capability, CaptureError
+from pytest_lbr.capture.base import Capability, CaptureError
 from pytest_lbr.capture.ftrace import (
     EventRecord,
     Frame,

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pytest_lbr.capture import CaptureError
+from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.functions import btf_functions, check_in_btf, expand_glob
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
 from pytest_lbr.capture.tracer_object import tracer_layout, tracer_not_built, tracer_object

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_lbr.capture import Capability, CaptureError
+from pytest_lbr.capture.base import Capability, CaptureError
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.noise import TRACER_SYMBOLS
 from pytest_lbr.targets import Target

@@ -12,7 +12,7 @@ from ctypes import Structure, c_int32, c_int64, c_uint32, c_uint64
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_lbr.capture import CaptureError
+from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.tracer_object import TracerLayout, tracer_layout
 
 __all__ = ["ConfigRecord", "RawHit", "decode_record", "hit_record_type"]
