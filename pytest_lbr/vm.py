@@ -483,6 +483,8 @@ def guest_main(
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1G", "tmpfs", str(tmpdir)], check=False)
     env = dict(
         os.environ,
+        # The venv's scripts (pytest-lbr, pytest) first, as where `pytest-lbr vm` ran.
+        PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}",
         TMPDIR=str(tmpdir),
         PYTHONDONTWRITEBYTECODE="1",
         **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
