@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pytest_lbr.capture.tracer_object import object_arch
 from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, Shard, Tally, read_tally
 from pytest_lbr.symbols.cache import cache_dir
 
@@ -102,19 +103,12 @@ def resolve_kernel(spec: str) -> Path:
         return Path(found[-1])
     path = Path(spec)
     if path.is_dir():
-        if (
-            not (path / "arch" / _kernel_arch() / "boot" / "bzImage").exists()
-            and not (path / "arch" / _kernel_arch() / "boot" / "Image").exists()
-        ):
+        if _boot_image(path) == path:
             raise VmError(f"{spec} is a directory but not a built kernel tree (vng --build)")
         return path.resolve()
     if not path.is_file():
         raise VmError(f"kernel image {spec!r} does not exist")
     return path.resolve()
-
-
-def _kernel_arch() -> str:
-    return {"x86_64": "x86", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 def kernel_label(spec: str, image: Path) -> str:
@@ -126,7 +120,7 @@ def _boot_image(kernel: Path) -> Path:
     """The bootable image of a kernel (the bzImage inside a built tree)."""
     if kernel.is_dir():
         for name in ("bzImage", "Image"):
-            image = kernel / "arch" / _kernel_arch() / "boot" / name
+            image = kernel / "arch" / object_arch() / "boot" / name
             if image.exists():
                 return image
     return kernel
