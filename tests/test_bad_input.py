@@ -86,6 +86,19 @@ def needs_root() -> None:
         pytest.skip("needs root (to drop to user 65534 or to unshare a mount namespace)")
 
 
+def needs_python_for_nobody() -> None:
+    """Skip when user 65534 cannot run this venv's Python: a checkout inside a 0700
+    directory (e.g. under /root) is not searchable by other users, and the venv
+    (interpreter and site-packages) lives in it."""
+    for parent in Path(sys.executable).parents:
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            pytest.skip(
+                f"{parent} is not searchable by other users (mode "
+                f"{stat.S_IMODE(parent.stat().st_mode):o}): user {NOBODY} cannot run "
+                f"{sys.executable}"
+            )
+
+
 def needs_unshare() -> None:
     needs_root()
     probe = subprocess.run(
@@ -109,6 +122,7 @@ def test_not_root_skips_with_the_reason_or_errors_with_require(
     shared_dir: Path, backend: str, reason: str
 ) -> None:
     needs_root()
+    needs_python_for_nobody()
     skip = inner_pytest(shared_dir, "--lbr", f"--lbr-backend={backend}", user=NOBODY)
     out = skip.stdout + skip.stderr
     assert skip.returncode == 125, out
