@@ -232,3 +232,20 @@ def test_cli_lists_vm(tmp_path: Path) -> None:
     help_ = _run("--help", cwd=tmp_path)
     assert help_.returncode == 0 and "--kernel K" in help_.stdout and "--shard I/N" in help_.stdout
     assert os.listdir(tmp_path) == []
+
+
+def test_a_kernel_tree_built_with_vng_is_booted_as_a_tree(tmp_path: Path) -> None:
+    """`--kernel DIR` (a tree `vng --build` made): vng gets the tree, so it finds the modules."""
+    _kernel_or_skip("6.12")  # the tools are installed
+    tree = tmp_path / "linux"
+    (tree / "arch" / "x86" / "boot").mkdir(parents=True)
+    out = _run("--kernel", str(tree), "--tcg", "--dry-run", cwd=tmp_path)
+    assert out.returncode == EXIT_NO_GUEST
+    assert out.stderr.strip() == (
+        f"[vm] error: {tree} is a directory but not a built kernel tree (vng --build)"
+    )
+    (tree / "arch" / "x86" / "boot" / "bzImage").write_bytes(b"")
+    out = _run("--kernel", str(tree), "--tcg", "--dry-run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"--run {tree} " in out.stdout
+    assert f"--rwdir {tmp_path / 'lbr-results' / 'linux'}" in out.stdout
