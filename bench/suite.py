@@ -138,10 +138,10 @@ def run_guest(args: argparse.Namespace, results: Path) -> None:
     }
     if args.only:
         config["benchmarks"] = args.only.split(",")
-    from pytest_lbr.vm import kernel_label, resolve_kernel
+    from pytest_lbr.vm import kernel_label
 
     # pytest-lbr vm gives each kernel its own results subdirectory (PYTEST_LBR_RESULTS).
-    guest = results / kernel_label(args.kernel, resolve_kernel(args.kernel))
+    guest = results / kernel_label(args.kernel)
     guest.mkdir(parents=True, exist_ok=True)
     (guest / "bench-config.json").write_text(json.dumps(config, indent=1))
     for name in config.get("benchmarks", config["args"]):

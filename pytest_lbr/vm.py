@@ -111,9 +111,10 @@ def resolve_kernel(spec: str) -> Path:
     return path.resolve()
 
 
-def kernel_label(spec: str, image: Path) -> str:
-    """The results subdirectory and summary name of a kernel: its series or image name."""
-    return spec if re.fullmatch(r"\d+\.\d+", spec) else image.name
+def kernel_label(spec: str) -> str:
+    """The results subdirectory and summary name of a kernel: its series, or the file
+    or directory name as given (not where a symlink leads)."""
+    return spec if re.fullmatch(r"\d+\.\d+", spec) else Path(spec).name or Path(spec).resolve().name
 
 
 def _boot_image(kernel: Path) -> Path:
@@ -588,7 +589,7 @@ def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
     plans = []
     for spec in args.kernel or ["6.12"]:
         kernel = resolve_kernel(spec)
-        label = kernel_label(spec, kernel)
+        label = kernel_label(spec)
         wanted = root / label
         results = wanted if args.dry_run else claim_results_dir(wanted)
         plans.append(
