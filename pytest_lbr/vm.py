@@ -318,26 +318,37 @@ def build_command(
 class _Echo:
     """Copies what a guest prints to its console log and to stdout.
 
-    With a prefix (several guests at once) only whole lines are echoed, each
-    prefixed, so guests' lines never interleave mid-line.
+    With a prefix (several guests at once) whole lines are echoed, each prefixed,
+    so guests' lines never interleave mid-line; a partial line (pytest -q's dots)
+    waiting longer than `hold` seconds is echoed anyway, so progress shows.
     """
 
-    def __init__(self, console: BinaryIO, prefix: str | None) -> None:
+    def __init__(self, console: BinaryIO, prefix: str | None, hold: float = 5.0) -> None:
         self.console = console
         self.prefix = prefix.encode() if prefix is not None else None
+        self.hold = hold
         self._partial = b""
+        self._since = 0.0
 
     def feed(self, chunk: bytes, final: bool = False) -> None:
         """Take one chunk of output; `final` flushes a last unterminated line."""
-        self.console.write(chunk)
+        if chunk:
+            self.console.write(chunk)
+            self.console.flush()  # the log is how one follows a long run
         if self.prefix is None:
-            out = chunk
-        else:
-            lines = (self._partial + chunk).splitlines(keepends=True)
-            self._partial = b"" if final or not lines or lines[-1].endswith(b"\n") else lines.pop()
-            out = b"".join(self.prefix + line for line in lines)
-            if final and out and not out.endswith(b"\n"):
-                out += b"\n"
+            self._write(chunk)
+            return
+        lines = (self._partial + chunk).splitlines(keepends=True)
+        keep = b"" if not lines or lines[-1].endswith(b"\n") else lines.pop()
+        if keep and not self._partial:
+            self._since = time.monotonic()
+        self._partial = keep
+        if self._partial and (final or time.monotonic() - self._since > self.hold):
+            lines.append(self._partial + b"\n")
+            self._partial = b""
+        self._write(b"".join(self.prefix + line for line in lines))
+
+    def _write(self, out: bytes) -> None:
         if out:
             with _print_lock:
                 sys.stdout.buffer.write(out)

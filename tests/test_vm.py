@@ -249,3 +249,26 @@ def test_a_kernel_tree_built_with_vng_is_booted_as_a_tree(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert f"--run {tree} " in out.stdout
     assert f"--rwdir {tmp_path / 'lbr-results' / 'linux'}" in out.stdout
+
+
+def test_guest_output_is_echoed_in_whole_prefixed_lines(
+    capfdbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    import io
+
+    console = io.BytesIO()
+    echo = vm._Echo(console, "[6.1] ", hold=1000)
+    echo.feed(b"..")  # pytest -q's dots: no newline yet
+    assert capfdbinary.readouterr().out == b""
+    echo.feed(b"..\nxy")
+    assert capfdbinary.readouterr().out == b"[6.1] ....\n"
+    echo.feed(b"", final=True)
+    assert capfdbinary.readouterr().out == b"[6.1] xy\n"
+    echo.feed(b"", final=True)  # nothing pending: nothing printed
+    assert capfdbinary.readouterr().out == b""
+    assert console.getvalue() == b"....\nxy"  # the log gets the bytes as they came
+    # A partial line held past `hold` seconds is shown anyway: progress stays visible.
+    impatient = vm._Echo(io.BytesIO(), "[6.12] ", hold=0)
+    impatient.feed(b"...")
+    impatient.feed(b"")
+    assert capfdbinary.readouterr().out == b"[6.12] ...\n"
