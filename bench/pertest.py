@@ -4,23 +4,34 @@ The test: load tests/bpf/build/xdp_helpers.bpf.o with `BpfLoader`, run
 `xdp_helpers` once on a packet, close. Traced, the run sits inside a trace of
 that one program (arm, run, disarm, collect, symbolize):
 
-* graph -- `Tracer(backend="graph").trace(prog)`: what a user gets in this
-  TCG guest (no PMU, so "auto" picks graph);
+* graph -- `Tracer(backend="graph").trace(prog)` on one tracer, as the plugin
+  shares one backend per session: what a user gets in this TCG guest (no PMU,
+  so "auto" picks graph). Its first test turns the function tracer on, the
+  later ones only record;
+* graph, set up per test -- a new `Tracer` per test, closed after it: the
+  function tracer turned on and off around every test (what every test paid
+  before the session kept it on);
+* untraced, graph on -- the untraced test while the session's function
+  tracer stays on between traces (recording nothing): what the suite's
+  other tests pay once a test has traced;
 * lbr   -- the LBR capture as `Tracer.trace` drives it (fexit on the program,
   ring buffer, symbolization of the records) on software perf events, since
   the guest has no PMU: `bpf_get_branch_snapshot()` returns -ENOENT, so the
   records carry no branches and this is the cost of the machinery alone.
 
-One unmeasured warm-up of each variant first (imports, probes), then `--runs`
-interleaved runs; the figures are per-test seconds a suite sees after its
-first traced test.
+One unmeasured warm-up of each variant first (imports, probes, the graph
+tracer's set-up: the "first test" column), then `--runs` interleaved runs;
+the figures are per-test seconds a suite sees after its first traced test.
+"untraced" runs before anything is traced, so every ratio is against a
+test of a session that never traced.
 
-    python bench/pertest.py [--runs 7] [--out FILE]
+    python bench/pertest.py [--runs 5] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -82,17 +93,25 @@ def variants() -> dict[str, Callable[[], None]]:
     from pytest_lbr.tracer import Tracer
 
     graph = Tracer(backend="graph")
+
+    @contextmanager
+    def graph_per_test(prog: Any) -> Iterator[Any]:
+        with Tracer(backend="graph") as tracer, tracer.trace(prog) as trace:
+            yield trace
+
     return {
         "untraced": _test(None),
-        "graph": _test(lambda p: graph.trace(p)),
         "lbr (software events)": _test(lbr_trace),
+        "graph, set up per test": _test(graph_per_test),
+        "graph": _test(lambda p: graph.trace(p)),
+        "untraced, graph on": _test(None),
     }
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command line of this benchmark."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(ap, runs=7)
+    add_common_args(ap, runs=5)
     return ap.parse_args(argv)
 
 
@@ -109,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.out,
             {
                 "benchmark": "pertest",
+                "kernel": os.uname().release,
                 "seconds": times,
                 "first": first,
                 "errors": errors,
@@ -116,8 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
         )
 
-    # The graph phase goes last: see GUEST_BENCHMARKS in guest_bench.py.
-    for phase in (["untraced", "lbr (software events)"], ["graph"]):
+    # The graph phases go last: see GUEST_BENCHMARKS in guest_bench.py.
+    phases = (
+        ["untraced", "lbr (software events)"],
+        ["graph, set up per test"],
+        ["graph", "untraced, graph on"],
+    )
+    for phase in phases:
         for name in phase:
             t0 = time.perf_counter()
             try:

@@ -20,6 +20,7 @@ import pytest
 from pytest_lbr.record import TestRecord
 
 if TYPE_CHECKING:
+    from pytest_lbr.capture import Backend
     from pytest_lbr.golden.normalize import Normalization
     from pytest_lbr.golden.unused import GoldenUsage
     from pytest_lbr.model import Trace
@@ -100,6 +101,8 @@ class LbrSession:
         self.traced_unavailable = 0
         self.unavailable_reason = ""
         self._probe: tuple[bool, str, str] | None = None
+        #: The backend, resolved once by probe() and shared by every test's Tracer.
+        self._backend: Backend | None = None
         if self.report_dir is not None and not self.is_worker:
             shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
 
@@ -157,13 +160,17 @@ class LbrSession:
         item.user_properties.append(("lbr_tracing", backend))
         from pytest_lbr.tracer import Tracer
 
-        tracer = Tracer(backend=self.backend, filter=self.filter)
+        assert self._backend is not None  # probe() resolved it
+        tracer = Tracer(backend=self._backend, filter=self.filter)
         record = self.record(item)
         record.tracer_traces = tracer.traces  # the same list: every trace the test takes
         tracer.golden_checker = lambda trace, name=None, level="function": self.check_golden(
             item, trace, name=name, level=level
         )
-        yield tracer
+        try:
+            yield tracer
+        finally:
+            tracer.close()  # only what the test resolved itself: the session's backend stays
         self.finish_record(item)
 
     def golden_fixture(
@@ -180,11 +187,11 @@ class LbrSession:
         """(available, backend, reason) for the configured backend, probed once."""
         if self._probe is None:
             try:
-                from pytest_lbr.tracer import Tracer
+                from pytest_lbr.capture import resolve_backend
 
-                tracer = Tracer(backend=self.backend, filter=self.filter)
-                available = tracer.available
-                self._probe = (available, tracer.backend, "" if available else tracer.reason)
+                self._backend = backend = resolve_backend(self.backend)
+                cap = backend.capability
+                self._probe = (cap.available, cap.backend, cap.reason if not cap.available else "")
             except Exception as e:  # a backend that cannot even be imported is unavailable
                 self._probe = (
                     False,
@@ -192,6 +199,12 @@ class LbrSession:
                     f"{self.backend} backend: {type(e).__name__}: {e}",
                 )
         return self._probe
+
+    def close_backend(self) -> None:
+        """Release what the session's backend kept set up (the graph backend's tracer)."""
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
 
     @contextmanager
     def marked_body(self, item: pytest.Item) -> Iterator[None]:
@@ -368,6 +381,7 @@ class LbrSession:
     def finish(self, session: pytest.Session) -> None:
         """Exit status for bisecting, the HTML report (once, not per worker), and
         the line cache saved (per worker)."""
+        self.close_backend()
         symbols = sys.modules.get("pytest_lbr.symbols")
         if symbols is not None:  # only if something was symbolized
             symbols.flush_symbolizers()

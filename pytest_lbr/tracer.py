@@ -1,19 +1,23 @@
 """`Tracer`: the object behind the `lbr` fixture, usable without pytest too.
 
-tracer = Tracer(backend="auto")
-with tracer.trace("kfunc:vfs_write") as trace:
-    os.write(fd, b"x")
-assert trace.called("write_null")
+    with Tracer(backend="auto") as tracer:
+        with tracer.trace("kfunc:vfs_write") as trace:
+            os.write(fd, b"x")
+    assert trace.called("write_null")
+
+This is the one place that runs the pipeline: capture (raw hits from a
+backend) -> symbols (file:line for every address) -> the finished `Trace`.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_lbr.capture import BACKENDS, FILTERS, Capability, CaptureError, open_capture, probe
-from pytest_lbr.model import Trace
+from pytest_lbr.capture import BACKENDS, FILTERS, Backend, CaptureError, resolve_backend
+from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import parse_targets
 
 __all__ = ["Tracer", "TracingUnavailable"]
@@ -24,15 +28,25 @@ class TracingUnavailable(CaptureError):
 
 
 class Tracer:
-    """Arms tracing around a block and hands back a fully collected `Trace`."""
+    """Arms tracing around a block and hands back a fully collected `Trace`.
 
-    def __init__(self, backend: str = "auto", filter: str | None = None) -> None:
-        if backend not in BACKENDS:
+    `backend` is a name ("auto", "lbr", "graph"), probed on first use, or a
+    `Backend` already resolved (the pytest plugin shares one per session, so
+    probing and the graph backend's set-up happen once, not per test). What a
+    tracer resolved itself it releases at `close()` (or when used as a context
+    manager, or when garbage collected); a shared `Backend` is its owner's.
+    """
+
+    def __init__(self, backend: str | Backend = "auto", filter: str | None = None) -> None:
+        if isinstance(backend, str) and backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         check_filter(filter)
-        self._wanted = backend
+        self._wanted = backend if isinstance(backend, str) else backend.requested
         self._filter = filter
-        self._capability: Capability | None = None
+        self._shared = backend if isinstance(backend, Backend) else None
+        #: Backends this tracer resolved itself, by the name asked for (it closes them).
+        self._own: dict[str, Backend] = {}
+        self._finalizer = weakref.finalize(self, _close_all, self._own)
         #: Every trace taken through this tracer, in order (reports read them).
         self.traces: list[Trace] = []
         #: Set by the pytest plugin: compares a trace with the test's golden file.
@@ -43,17 +57,17 @@ class Tracer:
     @property
     def backend(self) -> str:
         """The backend in use: "lbr" or "graph" ("auto" resolved on this machine)."""
-        return self._resolve().backend
+        return self._resolve().name
 
     @property
     def available(self) -> bool:
         """True if the backend can trace on this machine."""
-        return self._resolve().available
+        return self._resolve().capability.available
 
     @property
     def reason(self) -> str:
         """Why tracing is unavailable ("" when it is available)."""
-        return self._resolve().reason
+        return self._resolve().capability.reason
 
     @contextmanager
     def trace(
@@ -62,27 +76,30 @@ class Tracer:
         """Arm on `targets` for the duration of the block, yield the `Trace`.
 
         The trace is empty inside the block and complete after it; every kernel
-        object is released on exit, whatever happened inside.
+        object the trace added is released on exit, whatever happened inside.
         """
         parsed = parse_targets(targets)
         check_filter(filter)
-        cap = self._resolve() if backend is None else self._probe_one(backend)
+        chosen = self._resolve(backend)
+        cap = chosen.capability
         if not cap.available:
             raise TracingUnavailable(f"{cap.backend} backend unavailable: {cap.reason}")
         chosen_filter = filter or self._filter
         if chosen_filter and cap.backend != "lbr":
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
-        capture = open_capture(cap.backend, parsed, filter=chosen_filter)
+        capture = chosen.open(parsed, filter=chosen_filter)
         trace = Trace(targets=[t.spec for t in parsed], backend=cap.backend)
         self.traces.append(trace)
         try:
             capture.start()
             yield trace
             done = capture.stop()
-            trace.__dict__.update(done.__dict__)
-            trace.targets = [t.spec for t in parsed]
         finally:
             capture.close()
+        if cap.backend == "graph":
+            add_source_lines(done.hits)
+        trace.__dict__.update(done.__dict__)
+        trace.targets = [t.spec for t in parsed]
 
     def check_golden(self, trace: Trace, name: str | None = None, level: str = "function") -> None:
         """Compare `trace` with the test's golden trace (or write it under --lbr-golden-update)."""
@@ -90,26 +107,59 @@ class Tracer:
             raise RuntimeError("check_golden needs the pytest plugin (use the `lbr` fixture)")
         self.golden_checker(trace, name=name, level=level)
 
+    def close(self) -> None:
+        """Release what this tracer set up itself (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> Tracer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- internals --------------------------------------------------------------
 
-    def _resolve(self) -> Capability:
-        if self._capability is None:
-            self._capability = self._probe_one(self._wanted)
-        return self._capability
+    def _resolve(self, backend: str | None = None) -> Backend:
+        wanted = backend or self._wanted
+        if self._shared is not None and wanted in (self._wanted, self._shared.name):
+            return self._shared
+        if wanted not in self._own:
+            if wanted not in BACKENDS:
+                raise ValueError(
+                    f"unknown backend {wanted!r}; expected one of {', '.join(BACKENDS)}"
+                )
+            self._own[wanted] = resolve_backend(wanted)
+        return self._own[wanted]
 
-    @staticmethod
-    def _probe_one(backend: str) -> Capability:
-        if backend == "auto":
-            lbr = probe("lbr")
-            if lbr.available:
-                return lbr
-            graph = probe("graph")
-            if not graph.available:
-                graph.reason = f"{graph.reason} (and no LBR: {lbr.reason})"
-            return graph
-        if backend not in BACKENDS:
-            return Capability(backend, False, f"unknown backend {backend!r}")
-        return probe(backend)
+
+def _close_all(backends: dict[str, Backend]) -> None:
+    for b in backends.values():
+        b.close()
+    backends.clear()
+
+
+def add_source_lines(hits: list[Hit]) -> None:
+    """Give each branch end the symbolizer's name and file:line where it knows the address.
+
+    The graph backend names functions from ftrace's text; the LBR backend
+    symbolizes its raw addresses as it decodes them.
+    """
+    addrs = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst)}
+    if not addrs:
+        return
+    from pytest_lbr.symbols import get_symbolizer
+
+    found = get_symbolizer().locate_many(sorted(addrs))
+
+    def better(loc: Location) -> Location:
+        new = found.get(loc.addr)
+        if new is None or new.symbol is None:
+            return loc
+        return new
+
+    for h in hits:
+        h.branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.branches]
+        h.raw_branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.raw_branches]
 
 
 def check_filter(filter: str | None) -> None:

@@ -118,6 +118,7 @@ class Instance:
         self.path = root / "instances" / self.name
         self._events: list[str] = []
         self._probes: list[tuple[str, str]] = []  # (events file name, "group/event")
+        self._probe_count = 0
         try:
             os.mkdir(self.path)
         except OSError as exc:
@@ -146,7 +147,8 @@ class Instance:
     def add_probe(self, kind: str, definition: str) -> str:
         """Define a kprobe/uprobe event `definition` (without its name) in this
         instance's group, enable it here, return its `group/event` name."""
-        event = f"{self.group}/e{len(self._probes)}"
+        self._probe_count += 1  # never reused: a removed event's name may linger
+        event = f"{self.group}/e{self._probe_count}"
         file = "kprobe_events" if kind == "kprobe" else "uprobe_events"
         head, _, rest = definition.partition(" ")
         _write(self.root / file, f"{head}:{event} {rest}\n", append=True)
@@ -165,6 +167,30 @@ class Instance:
         except TracefsError:
             pass
 
+    def clear(self) -> None:
+        """Empty the ring buffer (and its overrun counters): truncating `trace` does that."""
+        _write(self.path / "trace", "")
+
+    def set_pids(self, pids: Iterable[int]) -> None:
+        """Record only these threads (`set_ftrace_pid`).
+
+        With the function tracer on, a new pid list swaps the tracer's pid-check
+        callback only; it does not re-patch the kernel's call sites.
+        """
+        self.write("set_ftrace_pid", " ".join(str(p) for p in sorted(pids)))
+
+    def release(self) -> None:
+        """Disable the events and remove the probes added so far, keep the instance."""
+        for event in self._events:
+            try:
+                _write(self.path / "events" / event / "enable", "0")
+            except TracefsError:
+                pass
+        for file, event in self._probes:
+            _remove_probe(self.root / file, event)
+        self._probes.clear()
+        self._events.clear()
+
     def lost(self) -> int:
         """Records the ring buffer overwrote or dropped, summed over CPUs."""
         total = 0
@@ -180,11 +206,8 @@ class Instance:
         if not self.path.exists():
             return
         self.disarm()
-        _remove_instance(self.path, self._events)
-        for file, event in self._probes:
-            _remove_probe(self.root / file, event)
-        self._probes.clear()
-        self._events.clear()
+        self.release()
+        _remove_instance(self.path, ())
 
 
 def _remove_instance(path: Path, events: Iterable[str]) -> None:

@@ -34,6 +34,7 @@ import fnmatch
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -59,7 +60,7 @@ from pytest_lbr.noise import PROBE_HANDLERS
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import Target
 
-__all__ = ["GraphCapture", "build_hits", "probe_graph"]
+__all__ = ["GraphCapture", "GraphRecorder", "build_hits", "probe_graph"]
 
 #: What trace_clock "mono" reads: under TCG on 6.1 its clocksource read
 #: (read_hpet) is recorded once per record, nested anywhere; such records are ftrace's own.
@@ -136,11 +137,80 @@ def _clock_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-class GraphCapture:
-    """A function-tracer capture of `targets` for this process's threads."""
+class GraphRecorder:
+    """The function tracer of one session: a private instance, set up once.
 
-    def __init__(self, targets: list[Target]) -> None:
+    Turning the function tracer on patches every traceable call site in the
+    kernel (~45,000 on the Debian kernels), and off again the same: seconds
+    under TCG, and most of what a traced test used to cost. So the instance is
+    created and the tracer turned on at the first trace, and both stay until
+    `close()`; between traces the ring buffer is off (`tracing_on=0`) and
+    records nothing. A trace only sets the pid list, clears the buffer, adds its
+    events and probes, and switches recording on and off.
+
+    Only this process's threads are ever recorded. `close()` (idempotent) undoes
+    everything; a killed process's instance is removed by the next session
+    (`cleanup_stale_instances`).
+    """
+
+    def __init__(self) -> None:
+        self._instance: Instance | None = None
+        self._pids: frozenset[int] = frozenset()
+        self._finalizer: weakref.finalize | None = None
+
+    def instance(self, tids: Iterable[int]) -> Instance:
+        """The session's instance, recording `tids` once armed (created on first use)."""
+        wanted = frozenset(tids)
+        inst = self._instance
+        if inst is None:
+            root = find_tracefs()
+            if root is None:
+                raise CaptureError("tracefs is not mounted and cannot be mounted")
+            cleanup_stale_instances(root)
+            inst = Instance(root, BUFFER_KB)
+            try:
+                inst.write("trace_clock", "mono")
+                for opt in ("sym-offset", "sym-addr"):
+                    inst.write(f"options/{opt}", "1")
+                # Our threads only; threads started while armed are not followed.
+                inst.write("options/function-fork", "0")
+                # No set_event_pid: the few events we enable are cut by tid when
+                # read, and a pid list hooks several scheduler tracepoints: more
+                # live code patching (see ftrace._remove_instance).
+                inst.set_pids(wanted)
+                inst.write("current_tracer", "function")
+            except TracefsError as exc:
+                inst.close()
+                raise CaptureError(f"graph backend: {exc}") from None
+            self._instance, self._pids = inst, wanted
+            # Also at interpreter exit, and if the owner forgets to close.
+            self._finalizer = weakref.finalize(self, inst.close)
+        elif wanted != self._pids:
+            try:
+                inst.set_pids(wanted)
+            except TracefsError as exc:
+                raise CaptureError(f"graph backend: {exc}") from None
+            self._pids = wanted
+        return inst
+
+    def close(self) -> None:
+        """Turn the tracer off and remove the instance (idempotent)."""
+        self._instance = None
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+class GraphCapture:
+    """A function-tracer capture of `targets` for this process's threads.
+
+    With a `recorder` (a session's), the function tracer stays on after the
+    trace; without one, the capture sets up its own and removes it at `close()`.
+    """
+
+    def __init__(self, targets: list[Target], recorder: GraphRecorder | None = None) -> None:
         self.targets = targets
+        self._own = recorder is None
+        self._recorder = recorder or GraphRecorder()
         self._instance: Instance | None = None
         self._matchers: list[Callable[[str, int], bool]] = []
         self._returns: dict[str, str] = {}  # kretprobe event name -> function
@@ -152,14 +222,12 @@ class GraphCapture:
         self.text = ""
 
     def start(self) -> None:
-        """Configure a private instance, then arm it as the very last action."""
-        root = find_tracefs()
-        if root is None:
-            raise CaptureError("tracefs is not mounted and cannot be mounted")
-        cleanup_stale_instances(root)
-        self._instance = inst = Instance(root, BUFFER_KB)
+        """Add the targets' events to the session's instance, then arm it last."""
+        self._tids = {int(t) for t in os.listdir("/proc/self/task")}
+        self._instance = inst = self._recorder.instance(self._tids)
         try:
             self._configure(inst)
+            inst.clear()
         except TracefsError as exc:
             raise CaptureError(f"graph backend: {exc}") from None
         inst.arm()
@@ -193,29 +261,23 @@ class GraphCapture:
         trace.hits = build_hits(
             self.targets, self._matchers, self._events, self._returns, kept, self._user
         )
-        _symbolize(trace.hits)
         return trace
 
     def close(self) -> None:
-        """Remove the instance and every event and probe it added (idempotent)."""
-        if self._instance is not None:
-            self._instance.close()
-            self._instance = None
+        """Disarm and remove this trace's events and probes (idempotent); a capture
+        without a session's recorder also removes the instance."""
+        inst, self._instance = self._instance, None
+        try:
+            if inst is not None:
+                inst.disarm()
+                inst.release()
+        finally:
+            if self._own:
+                self._recorder.close()
 
     # -- internals ----------------------------------------------------------------
 
     def _configure(self, inst: Instance) -> None:
-        inst.write("trace_clock", "mono")
-        for opt in ("sym-offset", "sym-addr"):
-            inst.write(f"options/{opt}", "1")
-        # Our threads only; threads started while armed are not followed.
-        inst.write("options/function-fork", "0")
-        self._tids = {int(t) for t in os.listdir("/proc/self/task")}
-        tids = " ".join(str(t) for t in sorted(self._tids))
-        inst.write("set_ftrace_pid", tids)
-        # No set_event_pid: the few events we enable are cut by tid when read, and
-        # a pid list hooks several scheduler tracepoints: more live code patching,
-        # which is what has crashed the 6.12 TCG guest (see ftrace._remove_instance).
         available = None
         for i, t in enumerate(self.targets):
             if t.kind == "kfunc":
@@ -253,7 +315,6 @@ class GraphCapture:
                 self._events[i] = self._add_user_probe(inst, i, t)
             else:
                 raise CaptureError(f"{t.spec}: not supported on the graph backend")
-        inst.write("current_tracer", "function")
 
     def _add_user_probe(self, inst: Instance, index: int, t: Target) -> str:
         """A uprobe (entry, with the return address) or uretprobe event on `t`."""
@@ -651,25 +712,3 @@ def _retval(body: str) -> int | None:
             value = int(part[4:], 0)
             return value - (1 << 64) if value >= 1 << 63 else value
     return None
-
-
-def _symbolize(hits: list[Hit]) -> None:
-    """Add file:line (and better names) where the symbolizer knows the address."""
-    try:
-        from pytest_lbr.symbols import get_symbolizer
-    except ImportError:
-        return
-    addrs = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst)}
-    if not addrs:
-        return
-    found = get_symbolizer().locate_many(sorted(addrs))
-
-    def better(loc: Location) -> Location:
-        new = found.get(loc.addr)
-        if new is None or new.symbol is None:
-            return loc
-        return new
-
-    for h in hits:
-        h.branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.branches]
-        h.raw_branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.raw_branches]

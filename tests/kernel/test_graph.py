@@ -115,14 +115,40 @@ def test_tracepoint_hits() -> None:
 
 def test_state_restored_after_failure_and_interrupt(xdp_helpers) -> None:
     before = _tracefs_state()
-    tracer = Tracer(backend="graph")
-    with pytest.raises(AssertionError):
-        with tracer.trace("kfunc:vfs_write"):
-            raise AssertionError("test body failed")
+    with Tracer(backend="graph") as tracer:
+        with pytest.raises(AssertionError):
+            with tracer.trace("kfunc:vfs_write"):
+                raise AssertionError("test body failed")
+        assert _tracefs_state()["kprobe_events"] == before["kprobe_events"]
+        with pytest.raises(KeyboardInterrupt):
+            with tracer.trace(xdp_helpers):
+                raise KeyboardInterrupt
     assert _tracefs_state() == before
-    with pytest.raises(KeyboardInterrupt):
-        with tracer.trace(xdp_helpers):
-            raise KeyboardInterrupt
+
+
+def test_function_tracer_armed_once_per_tracer() -> None:
+    """The instance and its function tracer outlive a trace; each trace's probes do not;
+    closing the tracer removes everything."""
+    before = _tracefs_state()
+    root = find_tracefs()
+    assert root is not None
+    with Tracer(backend="graph") as tracer:
+        seen = []
+        for n in (1, 2):
+            with tracer.trace("kfunc:vfs_write") as trace:
+                fd = os.open("/dev/null", os.O_WRONLY)
+                os.write(fd, b"x" * n)
+                os.close(fd)
+            assert [h.retval for h in trace.hits] == [n], str(trace)
+            during = _tracefs_state()
+            assert during["kprobe_events"] == before["kprobe_events"]
+            ours = set(during["instances"].split()) - set(before["instances"].split())
+            assert len(ours) == 1, during["instances"]
+            seen.append(ours.pop())
+            instance = root / "instances" / seen[-1]
+            assert (instance / "current_tracer").read_text().strip() == "function"
+            assert (instance / "tracing_on").read_text().strip() == "0"
+        assert seen[0] == seen[1]
     assert _tracefs_state() == before
 
 
