@@ -61,7 +61,8 @@ class Target:
 
 
 def parse_target(target: Any) -> Target:
-    """Parse one target of the contract; raise TargetError with the accepted forms."""
+    """Parse one target of the contract; raise TargetError (one line, with the
+    accepted forms) for anything else."""
     if isinstance(target, Target):
         return target
     if isinstance(target, bool):
@@ -93,10 +94,25 @@ def _prog_id(value: int, spec: str) -> Target:
     return Target("prog", f"prog:{value}", prog_id=value)
 
 
+def _is_id(text: str) -> bool:
+    # ASCII only: str.isdigit() is also true of "²", which int() refuses.
+    return text.isascii() and text.isdigit()
+
+
+def _parse_id(text: str, spec: str) -> Target:
+    try:
+        value = int(text)
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+        raise TargetError(
+            f"bad target {spec[:40]!r}...: a BPF program id is a positive integer"
+        ) from None
+    return _prog_id(value, spec)
+
+
 def _parse_str(text: str) -> Target:
     kind, sep, rest = text.partition(":")
-    if text.isdigit():
-        return _prog_id(int(text), text)
+    if _is_id(text):
+        return _parse_id(text, text)
     if not sep or not rest:
         raise TargetError(f"bad target {text!r}: expected {_FORMS}")
     if kind == "prog":
@@ -118,8 +134,8 @@ def _parse_str(text: str) -> Target:
 
 
 def _parse_prog(text: str, rest: str) -> Target:
-    if rest.isdigit():
-        return _prog_id(int(rest), text)
+    if _is_id(rest):
+        return _parse_id(rest, text)
     how, sep, value = rest.partition(":")
     if not sep or not value:
         raise TargetError(f"bad target {text!r}: expected {_FORMS}")

@@ -278,7 +278,12 @@ def cleanup_stale_instances(root: Path | None = None) -> list[str]:
 
 
 def _glob_regex(pattern: str) -> str:
-    """fnmatch semantics for one function name: `*`, `?`, `[...]`, `[!...]`."""
+    """fnmatch semantics for one function name: `*`, `?`, `[...]`, `[!...]`.
+
+    Every pattern gives a valid regex (a reversed range such as `[z-a]` matches
+    nothing, as in fnmatch); a wildcard or class never matches whitespace, so a
+    match never runs past the name on its line.
+    """
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -299,13 +304,37 @@ def _glob_regex(pattern: str) -> str:
             body = pattern[i:end]
             i = end + 1
             negate = body.startswith("!")
-            body = body[1:] if negate else body
-            body = body.replace("\\", r"\\").replace("^", r"\^").replace("[", r"\[")
-            body = body.replace("]", r"\]")
-            out.append(("[^" if negate else "[") + body + "]")
+            out.append(_class_regex(body[1:] if negate else body, negate))
+        elif c.isspace():
+            out.append("(?!)")  # names hold no whitespace: nothing matches
         else:
             out.append(re.escape(c))
     return "".join(out)
+
+
+def _class_regex(body: str, negate: bool) -> str:
+    """The regex of one `[...]` class body: members and `a-z` ranges, as fnmatch."""
+    items: list[str] = []
+    k = 0
+    while k < len(body):
+        lo = body[k]
+        if k + 2 < len(body) and body[k + 1] == "-":
+            hi = body[k + 2]
+            k += 3
+            if lo <= hi:  # a reversed range is empty (re would refuse it)
+                items.append(f"{_class_char(lo)}-{_class_char(hi)}")
+        else:
+            items.append(_class_char(lo))
+            k += 1
+    members = "".join(items)
+    if negate:
+        return rf"[^\s{members}]"
+    return rf"(?!\s)[{members}]" if members else "(?!)"
+
+
+def _class_char(c: str) -> str:
+    # Escaped so that no member acts as a range, negation, set operation or escape.
+    return "\\" + c if c in "\\]^-[&~|" else c
 
 
 _FILTER_FUNCTIONS: dict[str, tuple[bytes, str]] = {}
@@ -342,15 +371,17 @@ def matching_functions(text: str, pattern: str, *, modules: bool = True) -> list
     `modules=False` leaves out module functions ("name [module]").
     """
     suffix = r"(?: \[[^\]\n]*\])?" if modules else ""
-    rx = re.compile(rf"^({_glob_regex(pattern)}){suffix}$", re.MULTILINE)
+    # (?=\S): an empty line is no name, even for the pattern "*".
+    rx = re.compile(rf"^(?=\S)({_glob_regex(pattern)}){suffix}$", re.MULTILINE)
     return rx.findall(text)
 
 
 # -- parsing ------------------------------------------------------------------------
 
+# Numbers are ASCII and bounded: int() refuses other digits, and more than 4300 of them.
 _LINE_RE = re.compile(
-    r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
-    r"(?P<flags>\S{4,5})\s+(?P<sec>\d+)\.(?P<usec>\d+):\s(?P<body>.*)$"
+    r"^\s*(?P<comm>.*?)-(?P<tid>[0-9]{1,20})\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>[0-9]{1,20})\]\s+"
+    r"(?P<flags>\S{4,5})\s+(?P<sec>[0-9]{1,20})\.(?P<usec>[0-9]{1,20}):\s(?P<body>.*)$"
 )
 _SYM = (
     r"(?P<{0}>\S+?)\+0x(?P<{0}_off>[0-9a-f]+)/0x(?P<{0}_size>[0-9a-f]+)\s+<(?P<{0}_addr>[0-9a-f]+)>"
@@ -390,7 +421,11 @@ class EventRecord:
 
 
 def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
-    """Parse the instance's `trace` text (function records and event lines), in order."""
+    """Parse the instance's `trace` text (function records and event lines), in order.
+
+    Never raises: a line that is not a record (a comment, garbage, a line cut
+    short) is skipped.
+    """
     out: list[FunctionRecord | EventRecord] = []
     for line in text.splitlines():
         if not line or line.startswith("#"):

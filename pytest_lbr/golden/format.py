@@ -59,8 +59,27 @@ def serialize(trace: Trace, lines: Iterable[str], level: str) -> str:
     return "\n".join([*header, *lines]) + "\n"
 
 
-def parse(text: str, path: Path | str = "<golden>") -> GoldenFile:
-    """Parse a golden file; `GoldenError` says exactly what is wrong with it."""
+_CONFLICT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
+
+
+def _shown(row: str) -> str:
+    # A megabyte-long bad line would make the one-line error unreadable.
+    return repr(row) if len(row) <= 80 else f"{row[:80]!r}... ({len(row)} characters)"
+
+
+def parse(text: str | bytes, path: Path | str = "<golden>") -> GoldenFile:
+    """Parse a golden file (its text, or its bytes as UTF-8).
+
+    Raises `GoldenError`, one line naming `path`, for anything that is not a golden
+    file of this version (not UTF-8, empty, foreign, corrupt, merge-conflicted).
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GoldenError(
+                f"{path}: not UTF-8 text (byte {exc.start}): re-create it with --lbr-golden-update"
+            ) from None
     if not text.strip():
         raise GoldenError(f"{path}: empty golden file: re-create it with --lbr-golden-update")
     rows = text.splitlines()
@@ -70,24 +89,32 @@ def parse(text: str, path: Path | str = "<golden>") -> GoldenFile:
         )
     golden = GoldenFile()
     for n, row in enumerate(rows[1:], start=2):
+        if row.startswith(_CONFLICT_MARKERS):
+            raise GoldenError(
+                f"{path}:{n}: unresolved merge conflict ({_shown(row)}): resolve it or "
+                "re-create the file with --lbr-golden-update"
+            )
         if row.startswith("#"):
             key, sep, value = row[1:].partition(":")
             if not sep:
-                raise GoldenError(f"{path}:{n}: malformed header line {row!r}")
+                raise GoldenError(f"{path}:{n}: malformed header line {_shown(row)}")
             golden.header[key.strip()] = value.strip()
         elif row.startswith("hit ") or " -> " in row:
             golden.lines.append(row)
         elif row.strip():
-            raise GoldenError(f"{path}:{n}: not an edge line (want 'a -> b' or 'hit T'): {row!r}")
+            raise GoldenError(
+                f"{path}:{n}: not an edge line (want 'a -> b' or 'hit T'): {_shown(row)}"
+            )
     version = golden.header.get("format")
     if version != str(FORMAT_VERSION):
+        shown = "None" if version is None else _shown(version)
         raise GoldenError(
-            f"{path}: golden format version {version!r}, this pytest-lbr reads "
+            f"{path}: golden format version {shown}, this pytest-lbr reads "
             f"{FORMAT_VERSION}: re-create it with --lbr-golden-update"
         )
     missing = [k for k in ("kernel", "arch", "backend", "level") if k not in golden.header]
     if missing:
         raise GoldenError(f"{path}: header lacks {', '.join(missing)}")
     if golden.level not in LEVELS:
-        raise GoldenError(f"{path}: unknown level {golden.level!r}")
+        raise GoldenError(f"{path}: unknown level {_shown(golden.level)}")
     return golden

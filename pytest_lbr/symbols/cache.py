@@ -101,6 +101,10 @@ class FrameTable:
         return len(self.addrs)
 
     def _read(self, data: bytes) -> None:
+        """Read a cache file's bytes; ValueError (one line) if they are not a
+        complete cache of this format."""
+        if len(data) < _HEADER.size:
+            raise ValueError("truncated cache header")
         magic, nstr, naddr, nstacks, nframes, nlinks, blen, crc = _HEADER.unpack_from(data)
         if magic != _MAGIC:
             raise ValueError("not a pytest-lbr line cache (or an older format)")
@@ -110,7 +114,11 @@ class FrameTable:
         # what lets decoding trust them, instead of range-checking each one.
         if zlib.crc32(view[pos:]) != crc:
             raise ValueError("damaged cache (checksum)")
-        strings: list[str | None] = list(bytes(view[pos : pos + blen]).decode().split("\0"))
+        try:
+            text = bytes(view[pos : pos + blen]).decode()
+        except UnicodeDecodeError:
+            raise ValueError("cache strings are not UTF-8") from None
+        strings: list[str | None] = list(text.split("\0"))
         if len(strings) != nstr:
             raise ValueError("string table size")
         strings[0] = None
@@ -130,6 +138,15 @@ class FrameTable:
             pos += size * count
         if pos != len(data):
             raise ValueError("cache size")
+        # A checksum only proves the file is as written: a crafted or buggy one can
+        # still index past a table. One C-level max() per array rules that out.
+        _, stack_of, _, links, fields = parts
+        if (
+            (naddr and max(stack_of) >= nstacks)
+            or (nlinks and max(links) >= nframes)
+            or (nframes and max(max(fields[0::3]), max(fields[1::3])) >= nstr)
+        ):
+            raise ValueError("cache index out of range")
         self._strings = strings
         self.addrs, self._stack_of, self._starts, self._links, self._frame_fields = parts
 

@@ -21,7 +21,13 @@ from typing import Any, BinaryIO, NamedTuple
 from elftools.dwarf.ranges import BaseAddressEntry
 from elftools.elf.elffile import ELFFile
 
-__all__ = ["DwarfLines", "Frame", "kernel_relative"]
+from .elf import PARSE_ERRORS
+
+__all__ = ["DwarfError", "DwarfLines", "Frame", "kernel_relative"]
+
+
+class DwarfError(ValueError):
+    """The file's DWARF cannot be read (none, damaged, truncated); one line naming the file."""
 
 
 class Frame(NamedTuple):
@@ -229,16 +235,30 @@ class DwarfLines:
     """Address -> source frames for one ELF file, decoding DWARF lazily per unit."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open the file; DwarfError (one line) if it has no readable DWARF, and
+        later from `frames`/`lookup` where a unit they decode is damaged."""
         self.path = os.fspath(path)
         self._file: BinaryIO = open(self.path, "rb")  # noqa: SIM115 -- kept for lazy reads
-        self.elf = ELFFile(self._file)
-        if (
-            self.elf.get_section_by_name(".debug_info") is None
-        ):  # .eh_frame alone is not DWARF lines
-            raise ValueError(f"{self.path}: no DWARF debug information")
-        self.dwarf = self.elf.get_dwarf_info(relocate_dwarf_sections=False)
-        self.aranges = self.dwarf.get_aranges()
+        try:
+            self.elf = ELFFile(self._file)
+            if (
+                self.elf.get_section_by_name(".debug_info") is None
+            ):  # .eh_frame alone is not DWARF lines
+                raise DwarfError(f"{self.path}: no DWARF debug information")
+            self.dwarf = self.elf.get_dwarf_info(relocate_dwarf_sections=False)
+            self.aranges = self.dwarf.get_aranges()
+        except BaseException as exc:
+            self._file.close()
+            if isinstance(exc, (OSError, *PARSE_ERRORS)) and not isinstance(exc, DwarfError):
+                raise self._damaged(exc) from None
+            raise
         self._units: dict[int, _Unit] = {}
+
+    def _damaged(self, exc: BaseException) -> DwarfError:
+        # pyelftools trusts every offset and size in the file: whatever it raised
+        # on a damaged one becomes one line naming the file.
+        detail = " ".join(str(exc).split())[:200]
+        return DwarfError(f"{self.path}: damaged DWARF ({type(exc).__name__}: {detail})")
 
     def close(self) -> None:
         """Close the ELF file."""
@@ -264,7 +284,18 @@ class DwarfLines:
         return unit
 
     def frames(self, addr: int) -> tuple[Frame, ...]:
-        """Source frames at `addr`, innermost first; () when DWARF does not cover it."""
+        """Source frames at `addr`, innermost first; () when DWARF does not cover it.
+
+        DwarfError (one line) when the DWARF that covers it is damaged.
+        """
+        try:
+            return self._frames(addr)
+        except DwarfError:
+            raise
+        except (OSError, *PARSE_ERRORS) as exc:  # OSError: a seek to a damaged offset
+            raise self._damaged(exc) from None
+
+    def _frames(self, addr: int) -> tuple[Frame, ...]:
         off = self.unit_offset(addr)
         if off is None:
             return ()

@@ -10,9 +10,34 @@ into the file's own virtual addresses using one address whose symbol is known.
 from __future__ import annotations
 
 import bisect
+import struct
+import zlib
 from pathlib import Path
 
-__all__ = ["ElfError", "ElfFunctions"]
+from elftools.common.exceptions import DWARFError, ELFError
+
+__all__ = ["PARSE_ERRORS", "ElfError", "ElfFunctions"]
+
+#: What pyelftools raises on a damaged or truncated file besides ELFError: it trusts
+#: offsets, sizes and codes read from the file (found by tests/test_fuzz_elf.py).
+PARSE_ERRORS = (
+    ELFError,
+    DWARFError,
+    struct.error,
+    zlib.error,
+    ValueError,  # also UnicodeDecodeError
+    IndexError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    AssertionError,
+    ZeroDivisionError,
+    OverflowError,
+    EOFError,
+    RecursionError,
+    NotImplementedError,  # forms and opcodes pyelftools does not know
+    MemoryError,  # a size field larger than memory, refused at allocation
+)
 
 
 class ElfError(Exception):
@@ -23,7 +48,8 @@ class ElfFunctions:
     """The defined function symbols of one ELF file (.symtab, else .dynsym)."""
 
     def __init__(self, path: str | Path) -> None:
-        from elftools.common.exceptions import ELFError
+        """Read the symbols; ElfError (one line) if the file cannot be read or is
+        not a usable ELF file (damaged, truncated) or has no function symbols."""
         from elftools.elf.elffile import ELFFile
 
         self.path = Path(path)
@@ -45,8 +71,10 @@ class ElfFunctions:
                     spans.append((sym["st_value"], max(sym["st_size"], 1), sym.name))
         except OSError as exc:
             raise ElfError(f"{self.path}: cannot read: {exc.strerror}") from None
-        except ELFError as exc:
-            raise ElfError(f"{self.path}: not an ELF file ({exc})") from None
+        except PARSE_ERRORS as exc:
+            # The message is one line whatever pyelftools put in it.
+            detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise ElfError(f"{self.path}: not an ELF file ({detail})") from None
         if not named:
             raise ElfError(f"{self.path}: has no function symbols (stripped?)")
         self._named = named
@@ -76,8 +104,6 @@ class ElfFunctions:
         An `int` comes back in %eax with the upper half of %rax undefined, so a
         uretprobe must read it as s32 to see -1 rather than 4294967295.
         """
-        from elftools.common.exceptions import ELFError
-
         try:
             with open(self.path, "rb") as f:
                 from elftools.elf.elffile import ELFFile
@@ -96,8 +122,8 @@ class ElfFunctions:
                         if "DW_AT_type" not in die.attributes:
                             return None  # void
                         return _fetch_type(die.get_DIE_from_attribute("DW_AT_type"))
-        except (OSError, ELFError):
-            return None
+        except (OSError, *PARSE_ERRORS):
+            return None  # damaged DWARF: the probe reads the full register instead
         return None
 
     def locate(self, vaddr: int) -> tuple[str, int] | None:

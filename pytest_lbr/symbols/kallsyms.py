@@ -37,7 +37,11 @@ class KernelSymbols:
         self.reload()
 
     def reload(self) -> None:
-        """Read the table again (new BPF programs or modules appear this way)."""
+        """Read the table again (new BPF programs or modules appear this way).
+
+        Lines that are not `ADDRESS TYPE NAME [MODULE]` are skipped; only an
+        unreadable file raises (OSError).
+        """
         rows: list[tuple[int, str, str | None]] = []
         by_name: dict[str, int] = {}
         with open(self.path, encoding="utf-8", errors="replace") as f:
@@ -45,7 +49,10 @@ class KernelSymbols:
                 parts = line.split()
                 if len(parts) < 3 or parts[1] not in _CODE_TYPES:
                     continue
-                addr = int(parts[0], 16)
+                try:
+                    addr = int(parts[0], 16)
+                except ValueError:  # not an address: not a symbol line
+                    continue
                 if addr == 0:  # hidden addresses (no CAP_SYSLOG): useless
                     continue
                 module = parts[3].strip("[]") if len(parts) > 3 else None

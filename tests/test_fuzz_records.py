@@ -1,0 +1,109 @@
+"""Fuzzing the LBR tracer's ring buffer records (`decode_record`) with Hypothesis.
+
+A record is bytes from the kernel: whatever they hold (any length, any
+`nr_entries`), decoding gives a RawHit with at most `max_entries` branches or
+raises CaptureError with one line, nothing else.
+PYTEST_LBR_FUZZ_EXAMPLES=N runs N cases per test (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pytest_lbr.capture.base import CaptureError
+from pytest_lbr.capture.records import RawHit, decode_record, hit_record_type
+from pytest_lbr.capture.tracer_object import TracerLayout, tracer_layout
+
+RUNS: Counter[str] = Counter()
+
+
+def budget(n: int) -> int:
+    """`n` cases in CI; PYTEST_LBR_FUZZ_EXAMPLES for a longer run."""
+    return int(os.environ.get("PYTEST_LBR_FUZZ_EXAMPLES") or n)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_runs(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    # Printed past pytest's capture so the count shows without -s too.
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        for name, n in sorted(RUNS.items()):
+            print(f"\nfuzz {request.module.__name__}::{name}: {n} cases")
+
+
+def fuzz_settings(n: int) -> settings:
+    return settings(
+        max_examples=budget(n),
+        deadline=None,
+        database=None,  # no .hypothesis/ directory in the checkout
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def real_layout() -> TracerLayout:
+    try:
+        return tracer_layout()
+    except Exception as exc:  # no tracer object or libbpf here: the layout is in the test
+        print(f"fuzz: using a built-in tracer layout ({exc})")
+        return TracerLayout({"LBR_RECORD_HIT": 1, "LBR_HIT_HAS_RETVAL": 1}, 832, 32)
+
+
+LAYOUT = real_layout()
+
+
+def record(layout: TracerLayout, nr_entries: int, record_type: int, tail: bytes) -> bytes:
+    """A record of `layout` with the given header fields, then arbitrary bytes."""
+    rec: Any = hit_record_type(layout.max_entries)(
+        type=record_type, nr_entries=nr_entries, flags=0xFFFFFFFF, retval=-1
+    )
+    head = bytes(rec)[: type(rec).nr_entries.offset + 8]
+    return head + tail
+
+
+def check(data: bytes, layout: TracerLayout) -> None:
+    try:
+        hit = decode_record(data, layout)
+    except CaptureError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(hit, RawHit)
+    assert len(hit.entries) <= layout.max_entries
+    assert all(0 <= v < 1 << 64 for e in hit.entries for v in e)
+
+
+@fuzz_settings(1500)
+@given(st.binary(max_size=2 * LAYOUT.hit_size))
+@example(b"")
+@example(b"\x01")
+@example(b"\x01" + b"\xff" * (4 * LAYOUT.hit_size))
+def test_random_bytes_decode_or_are_one_line_error(data: bytes) -> None:
+    RUNS["test_random_bytes_decode_or_are_one_line_error"] += 1
+    check(data, LAYOUT)
+
+
+@fuzz_settings(1000)
+@given(
+    st.integers(min_value=1, max_value=64),
+    st.integers(min_value=0, max_value=(1 << 32) - 1),
+    st.sampled_from([0, 1, 2, 0xFFFFFFFF]),
+    st.binary(max_size=2100),
+)
+@example(32, 0xFFFFFFFF, 1, b"")
+@example(1, 33, 1, b"\xff" * 24)
+def test_any_nr_entries_decodes_to_at_most_max_entries(
+    max_entries: int, nr_entries: int, record_type: int, tail: bytes
+) -> None:
+    RUNS["test_any_nr_entries_decodes_to_at_most_max_entries"] += 1
+    layout = TracerLayout(
+        LAYOUT.constants, ctypes.sizeof(hit_record_type(max_entries)), max_entries
+    )
+    check(record(layout, nr_entries, record_type, tail), layout)

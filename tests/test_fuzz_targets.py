@@ -1,0 +1,131 @@
+"""Fuzzing target strings (`pytest_lbr.targets.parse_target(s)`) with Hypothesis.
+
+Whatever a test passes to `lbr.trace(...)`, parsing gives a Target or raises
+TargetError with one line, nothing else.
+PYTEST_LBR_FUZZ_EXAMPLES=N runs N cases per test (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from pytest_lbr.targets import Target, TargetError, parse_target, parse_targets
+
+RUNS: Counter[str] = Counter()
+
+
+def budget(n: int) -> int:
+    """`n` cases in CI; PYTEST_LBR_FUZZ_EXAMPLES for a longer run."""
+    return int(os.environ.get("PYTEST_LBR_FUZZ_EXAMPLES") or n)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_runs(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    # Printed past pytest's capture so the count shows without -s too.
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        for name, n in sorted(RUNS.items()):
+            print(f"\nfuzz {request.module.__name__}::{name}: {n} cases")
+
+
+def fuzz_settings(n: int) -> settings:
+    return settings(
+        max_examples=budget(n),
+        deadline=None,
+        database=None,  # no .hypothesis/ directory in the checkout
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+class WithFd:
+    """An object with a `.fd`, as libbpf and bcc programs are."""
+
+    def __init__(self, fd: Any, name: Any) -> None:
+        self.fd = fd
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"WithFd({self.fd!r}, {self.name!r})"
+
+
+KINDS = ["prog", "kfunc", "tp", "uprobe", "uretprobe", "kprobe", ""]
+PROG = ["", "name:", "tag:", "pinned:", "fd:", "id:"]
+text_target = st.one_of(
+    st.text(),
+    st.tuples(st.sampled_from(KINDS), st.text()).map(":".join),
+    st.tuples(st.sampled_from(PROG), st.text()).map(lambda t: "prog:" + "".join(t)),
+    # Digits of every script, and more of them than int() converts by default.
+    st.text(alphabet="0123456789²³¹٣१〇", min_size=1).map(lambda s: f"prog:{s}"),
+    st.text(alphabet="0123456789²٣", min_size=1),
+)
+any_target = st.one_of(
+    text_target,
+    st.integers(),
+    st.booleans(),
+    st.none(),
+    st.floats(),
+    st.binary(),
+    st.builds(
+        WithFd,
+        st.one_of(st.integers(), st.none(), st.text()),
+        st.one_of(st.text(), st.binary(), st.none()),
+    ),
+)
+
+
+def check(target: Any) -> None:
+    try:
+        parsed = parse_target(target)
+    except TargetError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(parsed, Target)
+    assert parsed.kind in ("prog", "kfunc", "tp", "uprobe", "uretprobe")
+    if parsed.kind == "prog":
+        set_fields = [
+            parsed.prog_fd,
+            parsed.prog_id,
+            parsed.prog_name,
+            parsed.prog_tag,
+            parsed.pin_path,
+        ]
+        assert sum(f is not None for f in set_fields) == 1
+
+
+@fuzz_settings(2000)
+@given(any_target)
+@example("prog:²")  # str.isdigit() is True, int() refuses it
+@example("²")
+@example("9" * 5000)  # more digits than int() converts
+@example("prog:" + "9" * 5000)
+def test_target_parses_or_is_one_line_error(target: Any) -> None:
+    RUNS["test_target_parses_or_is_one_line_error"] += 1
+    check(target)
+
+
+@fuzz_settings(500)
+@given(st.lists(any_target, max_size=5))
+def test_target_lists_parse_or_are_one_line_error(targets: list[Any]) -> None:
+    RUNS["test_target_lists_parse_or_are_one_line_error"] += 1
+    try:
+        parsed = parse_targets(targets)
+    except TargetError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert len(parsed) == len(targets) > 0
+
+
+def test_unicode_and_overlong_digits_are_target_errors() -> None:
+    # Regressions: these raised a bare ValueError from int().
+    for bad in ("²", "prog:²", "9" * 5000, "prog:" + "9" * 5000):
+        with pytest.raises(TargetError, match="bad target"):
+            parse_target(bad)
+    assert parse_target("prog:42").prog_id == 42
