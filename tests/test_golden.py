@@ -237,6 +237,21 @@ def test_check_statuses(tmp_path: Path) -> None:
     assert lossy.message == "trace lost 3 records: a golden comparison would be unreliable"
 
 
+def test_binary_golden_file_is_a_one_line_error(tmp_path: Path) -> None:
+    """A golden file that is not text (a bad merge, a binary put in its place) fails the
+    check with one line naming it, not a UnicodeDecodeError."""
+    module = tmp_path / "test_mod.py"
+    t = trace(call("vfs_write", "write_null"))
+    path = g.GoldenCheck(module, update=True).run(t, "test_a").path
+    path.write_bytes(b"\xff\xfe\x00binary")
+    bad = g.GoldenCheck(module).run(t, "test_a")
+    assert (bad.status, bad.passed) == ("error", False)
+    assert bad.message.startswith("unusable golden trace: "), bad.message
+    assert "test_a.lbr: not UTF-8 text (byte 0)" in bad.message and "\n" not in bad.message
+    # --lbr-golden-update replaces it.
+    assert g.GoldenCheck(module, update=True).run(t, "test_a").status == "written"
+
+
 def test_unused_files_and_usage(tmp_path: Path) -> None:
     from pytest_lbr.golden.storage import golden_dir, golden_name, unused_files
     from pytest_lbr.golden.unused import GoldenUsage

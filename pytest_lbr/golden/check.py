@@ -78,7 +78,7 @@ class GoldenCheck:
         old: GoldenFile | None = None
         problem = ""
         try:
-            old = parse(path.read_text(encoding="utf-8"), shown) if path.exists() else None
+            old = parse(path.read_bytes(), shown) if path.exists() else None
         except GoldenError as e:
             problem = str(e)
         if problem and not self.update:

@@ -26,7 +26,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from .cache import FrameCache, FrameTable, cache_dir, gc_paused
-from .dwarf import DwarfLines, Frame, kernel_relative
+from .dwarf import DwarfError, DwarfLines, Frame, kernel_relative
 
 __all__ = [
     "VmlinuxError",
@@ -329,7 +329,10 @@ class VmlinuxLines:
         out: dict[int, tuple[Frame, ...]] = {}
         t0 = last = time.monotonic()
         for n, a in enumerate(addrs):
-            frames = dw.frames(a)
+            try:
+                frames = dw.frames(a)
+            except DwarfError:
+                frames = ()  # a damaged unit: no line for this address, the others still
             # llvm-symbolizer names the outermost frame after the ELF symbol
             # (`foo.isra.0`, `foo.cold`): so do we, so both paths agree.
             sym = self.function_at(a)
