@@ -9,41 +9,16 @@ PYTEST_LBR_FUZZ_EXAMPLES=N runs N cases per test (bench/README.md).
 from __future__ import annotations
 
 import fnmatch
-import os
 from collections import Counter
-from collections.abc import Iterator
 
-import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_lbr.capture.ftrace import EventRecord, FunctionRecord, matching_functions, parse_trace
+from tests.fuzzing import fuzz_settings, report_runs
 
 RUNS: Counter[str] = Counter()
-
-
-def budget(n: int) -> int:
-    """`n` cases in CI; PYTEST_LBR_FUZZ_EXAMPLES for a longer run."""
-    return int(os.environ.get("PYTEST_LBR_FUZZ_EXAMPLES") or n)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_runs(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    # Printed past pytest's capture so the count shows without -s too.
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-    with capman.global_and_fixture_disabled():
-        for name, n in sorted(RUNS.items()):
-            print(f"\nfuzz {request.module.__name__}::{name}: {n} cases")
-
-
-def fuzz_settings(n: int) -> settings:
-    return settings(
-        max_examples=budget(n),
-        deadline=None,
-        database=None,  # no .hypothesis/ directory in the checkout
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+_report_runs = report_runs(RUNS)
 
 
 GOOD = (
