@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 __all__ = [
     "BRANCH_KINDS",
     "CALL_KINDS",
+    "FRAME_KINDS",
+    "UNSEEN_CALLER",
     "Branch",
     "InlineFrame",
     "Hit",
@@ -23,10 +25,26 @@ __all__ = [
     "Trace",
 ]
 
-#: Every value `Branch.kind` can take.
-BRANCH_KINDS = ("call", "ret", "jmp", "cond", "ind_call", "ind_jmp", "syscall", "unknown")
+#: Every value `Branch.kind` can take. "unseen" (graph backend only) enters a
+#: function the tracer never recorded being called (notrace, e.g. an out-of-line
+#: copy of a kernel `inline` function): its caller is unknown, so its source is
+#: `UNSEEN_CALLER`, and it is no call edge.
+BRANCH_KINDS = (
+    "call",
+    "ret",
+    "jmp",
+    "cond",
+    "ind_call",
+    "ind_jmp",
+    "syscall",
+    "unseen",
+    "unknown",
+)
 #: The kinds that enter a function (what `called()` and golden edges count).
 CALL_KINDS = ("call", "ind_call")
+#: The kinds that open a frame of a call tree (a "ret" closes it).
+FRAME_KINDS = (*CALL_KINDS, "unseen")
+_UNSEEN = "(unseen caller)"
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,8 @@ class Location:
         """`symbol+0xoff`, or the bare hex address when the symbol is unknown."""
         if self.symbol is None:
             return f"{self.addr:#x}"
+        if self.symbol == _UNSEEN:
+            return _UNSEEN
         return f"{self.symbol}+{self.offset:#x}"
 
     @property
@@ -71,6 +91,10 @@ class Location:
 
     def __repr__(self) -> str:  # compact: failure messages print many of these
         return f"<Location {self}>"
+
+
+#: The source of an "unseen" branch: a caller the tracer did not record.
+UNSEEN_CALLER = Location(0, _UNSEEN)
 
 
 @dataclass(frozen=True)
@@ -246,10 +270,9 @@ def _match(name: str | None, pattern: str) -> bool:
 
 def _symbols(branches: Iterable[Branch]) -> Iterator[str]:
     for b in branches:
-        if b.src.symbol:
-            yield b.src.symbol
-        if b.dst.symbol:
-            yield b.dst.symbol
+        for loc in (b.src, b.dst):
+            if loc.symbol and loc != UNSEEN_CALLER:
+                yield loc.symbol
 
 
 def _collapse(names: Iterable[str]) -> list[str]:

@@ -7,7 +7,13 @@ what to leave out where; everything that filters noise imports them from here.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_EXCLUDE", "PROBE_HANDLERS", "TRACER_OWN_FUNCTIONS", "TRACER_SYMBOLS"]
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "EXIT_HOOK_FRAMES",
+    "PROBE_HANDLERS",
+    "TRACER_OWN_FUNCTIONS",
+    "TRACER_SYMBOLS",
+]
 
 #: Code the tracer itself runs between the traced function and the snapshot:
 #: trampolines, program entry/exit, the kprobe/fprobe/tracepoint plumbing, the
@@ -89,6 +95,21 @@ PROBE_HANDLERS = frozenset(
         "__kretprobe_trampoline_handler",
     }
 )
+
+
+#: How the function tracer shows the fexit hook the graph backend attaches to a
+#: BPF program for its return value. The program's BPF trampoline (never recorded
+#: itself, only named as a parent) calls `__bpf_tramp_enter`, the program, then
+#: `__bpf_prog_enter*`, the LBR tracer's program (whose kallsyms name ends in the
+#: traced program's name, not its own: seen on 6.12), `__bpf_prog_exit*` and
+#: `__bpf_tramp_exit`. These are notrace (never recorded): the records they and
+#: the tracer program caused are dropped before nesting; a user's own
+#: fentry/fexit program between an enter and an exit stays.
+EXIT_HOOK_FRAMES = {
+    "enter": "__bpf_prog_enter*",
+    "exit": "__bpf_prog_exit*",
+    "trampoline": "__bpf_tramp_*",
+}
 
 
 #: Functions that are noise rather than the code under test, with everything they call.

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_lbr.golden.storage import safe_file_name
-from pytest_lbr.model import CALL_KINDS, Trace
+from pytest_lbr.model import CALL_KINDS, FRAME_KINDS, Trace
 
 if TYPE_CHECKING:
     from pytest_lbr.golden.check import GoldenResult
@@ -120,13 +120,14 @@ def call_tree(hit: dict[str, Any]) -> Node:
     root = Node(hit["target"])
     stack = [root]
     for kind, src_sym, _sn, _ss, dst_sym, _dn, _ds in hit["branches"]:
-        if kind in CALL_KINDS:
-            if len(stack) == 1 and not root.children and src_sym:
+        if kind in FRAME_KINDS:
+            if len(stack) == 1 and not root.children and src_sym and kind in CALL_KINDS:
                 # Show the traced function itself under the target label.
                 caller = Node(src_sym)
                 root.children.append(caller)
                 stack.append(caller)
-            node = Node(dst_sym or "?")
+            name = dst_sym or "?"
+            node = Node(f"{name} (unseen caller)" if kind == "unseen" else name)
             stack[-1].children.append(node)
             stack.append(node)
         elif kind == "ret" and len(stack) > 2:

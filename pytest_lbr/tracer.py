@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_lbr.capture import BACKENDS, FILTERS, Backend, CaptureError, resolve_backend
+from pytest_lbr.capture import BACKENDS, FILTERS, SCOPES, Backend, CaptureError, resolve_backend
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import parse_targets
 
@@ -71,15 +71,24 @@ class Tracer:
 
     @contextmanager
     def trace(
-        self, *targets: Any, backend: str | None = None, filter: str | None = None
+        self,
+        *targets: Any,
+        backend: str | None = None,
+        filter: str | None = None,
+        scope: str = "process",
     ) -> Iterator[Trace]:
         """Arm on `targets` for the duration of the block, yield the `Trace`.
 
-        The trace is empty inside the block and complete after it; every kernel
-        object the trace added is released on exit, whatever happened inside.
+        `scope` says whose work is recorded: "process" (this process's threads)
+        or "children" (also the processes they start while armed, and theirs;
+        graph backend). The trace is empty inside the block and complete after
+        it; every kernel object the trace added is released on exit, whatever
+        happened inside.
         """
         parsed = parse_targets(targets)
         check_filter(filter)
+        if scope not in SCOPES:
+            raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
         chosen = self._resolve(backend)
         cap = chosen.capability
         if not cap.available:
@@ -87,7 +96,7 @@ class Tracer:
         chosen_filter = filter or self._filter
         if chosen_filter and cap.backend != "lbr":
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
-        capture = chosen.open(parsed, filter=chosen_filter)
+        capture = chosen.open(parsed, filter=chosen_filter, scope=scope)
         trace = Trace(targets=[t.spec for t in parsed], backend=cap.backend)
         self.traces.append(trace)
         try:

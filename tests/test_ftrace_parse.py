@@ -2,8 +2,9 @@
 
 The data files are cut from traces the graph backend captured in the 6.1 and
 6.12 guests (header kept): BPF_PROG_TEST_RUNs of an XDP program calling
-helpers and a subprogram (one run; two runs), and a write(2) to /dev/null with
-the kretprobe event of vfs_write.
+helpers and a subprogram (one run; two runs), a write(2) to /dev/null with
+the kretprobe event of vfs_write, and an LRU hash update (as a program run in
+both kernels, and as a kfunc with its kretprobe event in 6.12).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import pytest
 from pytest_lbr.capture import ftrace
 from pytest_lbr.capture.ftrace import EventRecord, FunctionRecord, parse_trace, reconstruct
 from pytest_lbr.capture.graph import build_hits, probe_graph
-from pytest_lbr.model import Branch, Hit, Trace
+from pytest_lbr.capture.records import RawHit
+from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
+from pytest_lbr.report import Node, call_tree
 from pytest_lbr.targets import parse_target
 
 DATA = Path(__file__).parent / "data"
@@ -77,26 +80,29 @@ def _program_trace(name: str) -> Trace:
 
 
 def _assert_program_scope(hit: Hit) -> None:
-    """Every call is made by the program or nested under one of its calls, and
-    every return matches the innermost open call (nothing of the machinery)."""
-    open_calls: list[Branch] = []
-    called: set[str] = set()
+    """Every call is made by the program or by the innermost open frame, and
+    every return matches the innermost open frame (nothing of the machinery).
+    A frame entered unseen (a caller ftrace never recorded: notrace or inlined,
+    e.g. htab_lock_bucket) is an explicit "unseen" frame."""
+    open_frames: list[Branch] = []
     for b in hit.branches:
         src, dst = b.src.symbol or "", b.dst.symbol or ""
         if b.kind == "call":
             if ftrace.BPF_SYMBOL_RE.match(src):
-                assert not open_calls, f"{b}: the program's previous call is still open"
-            elif not any(c.dst.symbol == src for c in open_calls):
-                # A caller ftrace never recorded (notrace or inlined, e.g.
-                # htab_lock_bucket) is nested under the program's open call.
-                assert open_calls and src not in called, f"{b}: caller not in scope"
-            called.add(dst)
-            open_calls.append(b)
+                assert not open_frames, f"{b}: the program's previous call is still open"
+            else:
+                assert open_frames and open_frames[-1].dst.symbol == src, f"{b}: caller not open"
+            open_frames.append(b)
+        elif b.kind == "unseen":
+            assert b.src == UNSEEN_CALLER
+            open_frames.append(b)
         else:
-            assert b.kind == "ret" and open_calls, b
-            call = open_calls.pop()
-            assert (src, dst) == (call.dst.symbol, call.src.symbol), f"{b} does not return {call}"
-    assert not open_calls
+            assert b.kind == "ret" and open_frames, b
+            frame = open_frames.pop()
+            assert (src, dst) == (frame.dst.symbol, frame.src.symbol), (
+                f"{b} does not return {frame}"
+            )
+    assert not open_frames
 
 
 @pytest.mark.parametrize("name", XDP_RUNS)
@@ -292,3 +298,125 @@ def test_timer_interrupt_inside_a_program_run_changes_nothing() -> None:
         assert len(noisy) == 1, (after, [str(Trace(hits=[h])) for h in noisy])
         assert noisy[0].branches == quiet[0].branches, after
         _assert_program_scope(noisy[0])
+
+
+# -- callers the function tracer never records ------------------------------------
+#
+# An LRU hash update of a new key (prog xdp_lru, tests/bpf) in both guests: after
+# bpf_lru_pop_free's spin_unlock_irqrestore, htab_lru_map_update_elem locks the
+# bucket through htab_lock_bucket, an out-of-line copy of a kernel `inline`
+# function, which is notrace: "_raw_spin_lock <- htab_lock_bucket" names a caller
+# no record entered. Nesting it under the top of the stack put the lock under
+# _raw_spin_unlock_irqrestore, a call path the kernel never took.
+LRU_RUNS = ["ftrace-6.12-lru_update.txt", "ftrace-6.1-lru_update.txt"]
+
+
+def _tree_edges(hit: Hit) -> set[tuple[str, str]]:
+    """(parent, child) of every node of the report's call tree of `hit`."""
+    branches = [
+        [b.kind, b.src.symbol, b.src.name, None, b.dst.symbol, b.dst.name, None]
+        for b in hit.branches
+    ]
+    edges: set[tuple[str, str]] = set()
+
+    def walk(node: Node) -> None:
+        for child in node.children:
+            edges.add((node.name, child.name))
+            walk(child)
+
+    walk(call_tree({"target": hit.target, "branches": branches}))
+    return edges
+
+
+@pytest.mark.parametrize("name", LRU_RUNS)
+def test_an_unseen_caller_is_an_explicit_frame_under_a_running_one(name: str) -> None:
+    records = _records(name)
+    ksyms = _prog_ksyms(records)
+    target = parse_target("prog:name:xdp_lru")
+    trace = Trace(hits=build_hits([target], [lambda f, a: f in ksyms], {}, {}, records))
+    assert len(trace.hits) == 1, str(trace)
+    hit = trace.hits[0]
+    _assert_program_scope(hit)
+    edges = _tree_edges(hit)
+    assert ("htab_lru_map_update_elem", "htab_lock_bucket (unseen caller)") in edges, edges
+    assert ("htab_lock_bucket (unseen caller)", "_raw_spin_lock") in edges, edges
+    assert not any(parent == "_raw_spin_unlock_irqrestore" for parent, _ in edges), edges
+    unseen = [b for b in hit.branches if b.kind == "unseen"]
+    assert [(b.src, b.dst.symbol) for b in unseen] == [(UNSEEN_CALLER, "htab_lock_bucket")]
+    # The unseen frame is no call edge: golden traces and called() do not change.
+    assert trace.called("_raw_spin_lock", by="htab_lock_bucket")
+    assert "(unseen caller)" not in trace.functions()
+    assert "(unseen caller)" in str(trace)
+
+
+def test_kretprobe_handlers_before_the_entry_do_not_hide_the_call() -> None:
+    # kfunc:htab_lru_map_update_elem (6.12 guest): the kretprobe's entry handler
+    # records ("kprobe_ftrace_handler <- arch_ftrace_ops_list_func") come before
+    # the function's own record, under a caller never recorded. Left open, they
+    # hid the whole hit: it held one stray return.
+    records = _records("ftrace-6.12-lru_update_kfunc.txt")
+    fn = "htab_lru_map_update_elem"
+    target = parse_target(f"kfunc:{fn}")
+    hits = build_hits([target], [lambda f, a: f == fn], {0: "e1"}, {"e1": fn}, records)
+    trace = Trace(hits=hits)
+    assert len(hits) == 1 and hits[0].retval == 0, str(trace)
+    assert trace.has_path(fn, "prealloc_lru_pop", "bpf_lru_pop_free"), str(trace)
+    assert trace.called("_raw_spin_lock", by="htab_lock_bucket"), str(trace)
+    assert trace.called("lookup_elem_raw", by=fn), str(trace)
+    assert (hits[0].branches[0].kind, hits[0].branches[0].dst.symbol) == ("call", fn)
+    assert (hits[0].branches[-1].kind, hits[0].branches[-1].src.symbol) == ("ret", fn)
+
+
+def test_the_return_value_hook_is_not_part_of_the_program_run() -> None:
+    # Two BPF_PROG_TEST_RUNs of xdp_helpers (pass, then drop) in the 6.12 guest with
+    # the graph backend's fexit hook on the program: its trampoline helpers
+    # (__bpf_tramp_enter, __bpf_prog_enter_recur: notrace, seen as parents only)
+    # and the tracer program's helper calls follow each run. The hook's record
+    # time is when it called bpf_ktime_get_ns, as the tracer's records say.
+    records = _records("ftrace-6.12-xdp_fexit.txt")
+    ksyms = _prog_ksyms(records) - {
+        r.parent for r in records if isinstance(r, FunctionRecord) and "_lbr_" in (r.parent or "")
+    }
+    clock = [
+        r
+        for r in records
+        if isinstance(r, FunctionRecord)
+        and r.func == "bpf_ktime_get_ns"
+        and "_lbr_" in (r.parent or "")
+    ]
+    assert len(clock) == 2
+    exits = {
+        0: [
+            RawHit(0, r.cpu, r.tid, r.tid, r.ts_ns, v, -2)
+            for r, v in zip(clock, (2, 1), strict=True)
+        ]
+    }
+    target = parse_target("prog:name:xdp_helpers")
+    hits = build_hits([target], [lambda f, a: f in ksyms], {}, {}, records, None, exits)
+    assert [h.retval for h in hits] == [2, 1], str(Trace(hits=hits))
+    for hit in hits:
+        _assert_program_scope(hit)
+        for b in hit.raw_branches:
+            for loc in (b.src, b.dst):
+                assert "_lbr_" not in (loc.symbol or ""), b
+                assert not (loc.symbol or "").startswith(("bpf_ringbuf", "__bpf_", "migrate_")), b
+    # The pass run ends with bpf_xdp_adjust_head; the drop run returns before it.
+    assert hits[0].branches[-1].src.symbol == "bpf_xdp_adjust_head"
+    assert not Trace(hits=[hits[1]]).called("bpf_xdp_adjust_head")
+    # Without the hook's times the same records are the program's: the cut is by time.
+    polluted = build_hits([target], [lambda f, a: f in ksyms], {}, {}, records)
+    assert any(
+        (loc.symbol or "").startswith("bpf_ringbuf")
+        for h in polluted
+        for b in h.raw_branches
+        for loc in (b.src, b.dst)
+    )
+
+
+def test_a_run_that_called_nothing_is_a_hit_with_its_return_value() -> None:
+    records = _records("ftrace-6.12-xdp_fexit.txt")
+    first = next(r for r in records if isinstance(r, FunctionRecord))
+    target = parse_target("prog:name:xdp_pass_with_a_long_name")
+    exits = {0: [RawHit(0, 0, first.tid, first.tid, first.ts_ns + 5, 2, -2)]}
+    hits = build_hits([target], [lambda f, a: False], {}, {}, records, None, exits)
+    assert [(h.retval, h.branches, h.tid) for h in hits] == [(2, [], first.tid)]

@@ -73,8 +73,8 @@ def kallsyms_names() -> set[str]:
 
 
 def test_load_lists_programs_and_maps(obj):
-    assert set(obj.programs) == {"xdp_helpers", "xdp_cpu", "xdp_pass_with_a_long_name"}
-    assert set(obj.maps) == {"counts", "last"}
+    assert set(obj.programs) == {"xdp_helpers", "xdp_cpu", "xdp_lru", "xdp_pass_with_a_long_name"}
+    assert set(obj.maps) == {"counts", "last", "recent"}
     prog = obj.programs["xdp_helpers"]
     assert prog.name == "xdp_helpers"
     assert prog.type == "xdp"

@@ -105,3 +105,14 @@ def test_bcc_missing_at_import_is_one_line_with_the_fix(pytester: pytest.Pyteste
     result = pytester.runpytest()
     result.assert_outcomes(errors=1)
     _one_line(result, "test_bcc.py: cannot import bcc: ", BCC_MISSING)
+
+
+def test_children_scope_on_the_lbr_backend_says_to_use_graph() -> None:
+    # Checked before anything is loaded: no kernel needed.
+    from pytest_lbr.capture import CaptureError, open_capture
+
+    with pytest.raises(CaptureError) as err:
+        open_capture("lbr", [], scope="children")
+    assert str(err.value) == (
+        "scope='children' is not supported by the lbr backend yet; use backend='graph'"
+    )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_lbr.capture.base import BACKENDS, FILTERS, Capability, Capture, CaptureError
+from pytest_lbr.capture.base import BACKENDS, FILTERS, SCOPES, Capability, Capture, CaptureError
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKENDS",
     "FILTERS",
+    "SCOPES",
     "Backend",
     "Capability",
     "Capture",
@@ -81,8 +82,10 @@ class Backend:
         """ "lbr" or "graph" (or the unknown name asked for)."""
         return self.capability.backend
 
-    def open(self, targets: list[Target], *, filter: str | None = None) -> Capture:
-        """A not-yet-armed capture of `targets`."""
+    def open(
+        self, targets: list[Target], *, filter: str | None = None, scope: str = "process"
+    ) -> Capture:
+        """A not-yet-armed capture of `targets` (`scope`: one of `SCOPES`)."""
         if not self.capability.available:
             raise CaptureError(f"{self.name} backend unavailable: {self.capability.reason}")
         if self.name == "graph":
@@ -90,8 +93,8 @@ class Backend:
 
             if self._recorder is None:
                 self._recorder = GraphRecorder()
-            return GraphCapture(targets, self._recorder)
-        return open_capture(self.name, targets, filter=filter)
+            return GraphCapture(targets, self._recorder, scope=scope)
+        return open_capture(self.name, targets, filter=filter, scope=scope)
 
     def close(self) -> None:
         """Release what the backend kept set up (idempotent; captures must be closed)."""
@@ -103,15 +106,22 @@ class Backend:
         return f"<Backend {self.capability!r}>"
 
 
-def open_capture(backend: str, targets: list[Target], *, filter: str | None = None) -> Capture:
+def open_capture(
+    backend: str, targets: list[Target], *, filter: str | None = None, scope: str = "process"
+) -> Capture:
     """A not-yet-armed capture of `targets` on a concrete backend ("lbr" or "graph"),
     set up for this capture alone (`Backend.open` shares the set-up between captures)."""
     if backend == "lbr":
         from pytest_lbr.capture.lbr import LbrCapture
 
+        if scope != "process":
+            # The LBR tracer's hooks filter on this process's tgid in the kernel.
+            raise CaptureError(
+                f"scope={scope!r} is not supported by the lbr backend yet; use backend='graph'"
+            )
         return LbrCapture(targets, filter=filter or "any")
     if backend == "graph":
         from pytest_lbr.capture.graph import GraphCapture
 
-        return GraphCapture(targets)
+        return GraphCapture(targets, scope=scope)
     raise CaptureError(f"unknown backend {backend!r}; expected 'lbr' or 'graph'")

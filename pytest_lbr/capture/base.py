@@ -11,11 +11,14 @@ from typing import Protocol
 from pytest_lbr.errors import UserError
 from pytest_lbr.model import Trace
 
-__all__ = ["BACKENDS", "FILTERS", "Capability", "Capture", "CaptureError"]
+__all__ = ["BACKENDS", "FILTERS", "SCOPES", "Capability", "Capture", "CaptureError"]
 
 #: Backend names a user can ask for.
 BACKENDS = ("auto", "lbr", "graph")
 #: LBR branch filters (perf_event_attr.branch_sample_type), LBR only.
+#: Whose work a trace records: this process's threads, or also every process
+#: they start while the trace is armed (and those processes' children).
+SCOPES = ("process", "children")
 FILTERS = ("any", "any_call", "any_return", "call", "ind_call", "cond", "call_stack", "ind_jump")
 
 

@@ -16,6 +16,7 @@ killed process are removed by `cleanup_stale_instances()`.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import re
@@ -495,13 +496,19 @@ def reconstruct(
 
     Each function record is "callee <- parent+off": pop frames until the top is
     the parent, then push the callee. A parent nowhere on the stack was entered
-    without a record (a JITed BPF program, a tail call, the trace's start), so
-    it is pushed as an unseen frame (no call site) on top of the current one.
+    without a record (a JITed BPF program, a notrace function such as the
+    out-of-line copy of a kernel `inline` function, the trace's start), so it
+    is pushed as an unseen frame (no call site). Who called it is unknown: it
+    goes under a BPF frame if it is BPF code, else under the innermost frame
+    known to be still running (`Mentions.running`), never under a frame that
+    may have returned (the function tracer records no returns).
     An event named in `returns` (a kretprobe event -> its function) is a real
     return: the innermost frame of that function and all above it are popped.
     Frames still open at the end are returned from, innermost first.
     """
     returns = returns or {}
+    records = list(records)
+    mentions = Mentions(records, returns)
     stack: list[Frame] = []
 
     def pop_to(depth: int) -> Iterator[Step]:
@@ -509,7 +516,7 @@ def reconstruct(
             frame = stack.pop()
             yield Step("ret", frame, stack + [frame])
 
-    for rec in records:
+    for index, rec in enumerate(records):
         if isinstance(rec, EventRecord):
             # The event first, while the returning frame is still on the stack.
             yield Step("event", None, list(stack), rec)
@@ -521,12 +528,16 @@ def reconstruct(
         if rec.parent is not None:
             depth = innermost_call(stack, rec.parent)
             if depth is None:
-                if BPF_SYMBOL_RE.match(rec.parent):
-                    # A BPF function is called from BPF code: whatever the
-                    # innermost BPF frame had called has returned.
-                    bpf = innermost(stack, lambda f: BPF_SYMBOL_RE.match(f.func))
-                    if bpf is not None:
-                        yield from pop_to(bpf + 1)
+                # A BPF function is called from BPF code: whatever the
+                # innermost BPF frame had called has returned.
+                bpf = (
+                    innermost(stack, lambda f: BPF_SYMBOL_RE.match(f.func))
+                    if BPF_SYMBOL_RE.match(rec.parent)
+                    else None
+                )
+                if bpf is None:
+                    bpf = mentions.innermost_running(stack, index)
+                yield from pop_to(0 if bpf is None else bpf + 1)
                 unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
                 stack.append(unseen)
                 yield Step("call", unseen, list(stack))
@@ -536,6 +547,48 @@ def reconstruct(
         stack.append(frame)
         yield Step("call", frame, list(stack), rec)
     yield from pop_to(0)
+
+
+class Mentions:
+    """Where one thread's records name each function: entered, or still running.
+
+    The function tracer records entries only, so whether a frame has returned
+    is known only from later records: a function named as a record's parent
+    (or by its kretprobe's return event) is still running then, unless a record
+    entering it again comes first.
+    """
+
+    def __init__(
+        self, records: Sequence[FunctionRecord | EventRecord], returns: dict[str, str]
+    ) -> None:
+        #: function -> (record indexes, whether that record shows it running)
+        self._at: dict[str, tuple[list[int], list[bool]]] = {}
+        for i, rec in enumerate(records):
+            if isinstance(rec, EventRecord):
+                if rec.name in returns:
+                    self._add(returns[rec.name], i, True)
+                continue
+            if rec.parent is not None:
+                self._add(rec.parent, i, True)  # first: "f <- f" is f still running
+            self._add(rec.func, i, False)
+
+    def _add(self, func: str, index: int, running: bool) -> None:
+        at = self._at.setdefault(func, ([], []))
+        if not at[0] or at[0][-1] != index:
+            at[0].append(index)
+            at[1].append(running)
+
+    def running(self, func: str, index: int) -> bool:
+        """Whether the first record after `index` that names `func` shows it still running."""
+        at = self._at.get(func)
+        if at is None:
+            return False
+        k = bisect.bisect_right(at[0], index)
+        return k < len(at[0]) and at[1][k]
+
+    def innermost_running(self, stack: Sequence[Frame], index: int) -> int | None:
+        """Index of the innermost frame of `stack` known to be running after record `index`."""
+        return innermost(stack, lambda f: self.running(f.func, index))
 
 
 def innermost(stack: Sequence[T], found: Callable[[T], object]) -> int | None:

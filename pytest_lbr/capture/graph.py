@@ -14,7 +14,10 @@ are nested into calls and returns, then cut per target:
   program returns from the program's previous call first. Nothing of the
   BPF_PROG_TEST_RUN machinery is included: a record whose parent is the
   machinery again (e.g. bpf_test_run between two runs of a repeat) ends the
-  run. `retval` is None on this backend;
+  run. The return value comes from the LBR tracer's fexit hook on the program
+  (no branch snapshot): its record closes the run (a run that called nothing
+  is a hit with no branches, as on the LBR backend). Where fexit cannot attach
+  (no BTF, no BPF trampolines), the runs have no `retval` and a note says so;
 * ``tp:CAT/NAME``: one hit per event, with the thread's calls since its
   previous hit (or arming).
 
@@ -29,6 +32,7 @@ are nested into calls and returns, then cut per target:
 
 from __future__ import annotations
 
+import bisect
 import errno
 import fnmatch
 import os
@@ -37,6 +41,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_lbr.capture.base import Capability, CaptureError
 from pytest_lbr.capture.ftrace import (
@@ -44,6 +49,7 @@ from pytest_lbr.capture.ftrace import (
     Frame,
     FunctionRecord,
     Instance,
+    Mentions,
     Step,
     TracefsError,
     cleanup_stale_instances,
@@ -55,10 +61,14 @@ from pytest_lbr.capture.ftrace import (
     parse_trace,
     reconstruct,
 )
-from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.noise import PROBE_HANDLERS
+from pytest_lbr.capture.records import RawHit
+from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location, Trace
+from pytest_lbr.noise import EXIT_HOOK_FRAMES, PROBE_HANDLERS
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import Target
+
+if TYPE_CHECKING:
+    from pytest_lbr.capture.hooks import HookSet
 
 __all__ = ["GraphCapture", "GraphRecorder", "build_hits", "probe_graph"]
 
@@ -124,6 +134,32 @@ def probe_graph() -> Capability:
     return Capability("graph", True)
 
 
+#: The event that names each new process or thread and its parent.
+FORK_EVENT = "sched/sched_process_fork"
+
+
+def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRecord]) -> set[int]:
+    """Every thread started by one of `tids` or by a thread so started, in time order.
+
+    Body: "comm=python pid=281 child_comm=python child_pid=300" (pid and
+    child_pid are thread ids).
+    """
+    family = set(tids)
+    found: set[int] = set()
+    for r in records:
+        if not isinstance(r, EventRecord) or r.name != "sched_process_fork":
+            continue
+        fields = dict(part.split("=", 1) for part in r.body.split() if "=" in part)
+        try:
+            parent, child = int(fields["pid"]), int(fields["child_pid"])
+        except (KeyError, ValueError):
+            continue
+        if parent in family:
+            family.add(child)
+            found.add(child)
+    return found
+
+
 def _probe_function(root: Path) -> str:
     with open(root / "available_filter_functions") as f:
         first = f.readline().split()
@@ -156,10 +192,15 @@ class GraphRecorder:
     def __init__(self) -> None:
         self._instance: Instance | None = None
         self._pids: frozenset[int] = frozenset()
+        self._children = False
         self._finalizer: weakref.finalize | None = None
 
-    def instance(self, tids: Iterable[int]) -> Instance:
-        """The session's instance, recording `tids` once armed (created on first use)."""
+    def instance(self, tids: Iterable[int], children: bool = False) -> Instance:
+        """The session's instance, recording `tids` once armed (created on first use).
+
+        With `children`, the kernel adds each process or thread they start to
+        the pid list (function-fork), and its children, and so on.
+        """
         wanted = frozenset(tids)
         inst = self._instance
         if inst is None:
@@ -172,7 +213,7 @@ class GraphRecorder:
                 inst.write("trace_clock", "mono")
                 for opt in ("sym-offset", "sym-addr"):
                     inst.write(f"options/{opt}", "1")
-                # Our threads only; threads started while armed are not followed.
+                # Our threads only, unless a trace asks for children (below).
                 inst.write("options/function-fork", "0")
                 # No set_event_pid: the few events we enable are cut by tid when
                 # read, and a pid list hooks several scheduler tracepoints: more
@@ -185,12 +226,19 @@ class GraphRecorder:
             self._instance, self._pids = inst, wanted
             # Also at interpreter exit, and if the owner forgets to close.
             self._finalizer = weakref.finalize(self, inst.close)
-        elif wanted != self._pids:
+        # After a trace with children the kernel's pid list may hold theirs.
+        elif wanted != self._pids or children or self._children:
             try:
                 inst.set_pids(wanted)
             except TracefsError as exc:
                 raise CaptureError(f"graph backend: {exc}") from None
             self._pids = wanted
+        if children != self._children:
+            try:
+                inst.write("options/function-fork", "1" if children else "0")
+            except TracefsError as exc:
+                raise CaptureError(f"graph backend: {exc}") from None
+            self._children = children
         return inst
 
     def close(self) -> None:
@@ -207,8 +255,13 @@ class GraphCapture:
     trace; without one, the capture sets up its own and removes it at `close()`.
     """
 
-    def __init__(self, targets: list[Target], recorder: GraphRecorder | None = None) -> None:
+    def __init__(
+        self, targets: list[Target], recorder: GraphRecorder | None = None, scope: str = "process"
+    ) -> None:
         self.targets = targets
+        #: "children": also record the processes our threads start (function-fork),
+        #: known from the sched_process_fork events of the trace.
+        self.scope = scope
         self._own = recorder is None
         self._recorder = recorder or GraphRecorder()
         self._instance: Instance | None = None
@@ -219,13 +272,18 @@ class GraphCapture:
         self._tids: set[int] = set()
         self._notes: list[str] = []
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
+        self._exits: HookSet | None = None  # fexit on program targets, for retval
+        self._exit_targets: list[int] = []  # the hook set's target i -> our target index
         self.text = ""
 
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
         self._tids = {int(t) for t in os.listdir("/proc/self/task")}
-        self._instance = inst = self._recorder.instance(self._tids)
+        children = self.scope == "children"
+        self._instance = inst = self._recorder.instance(self._tids, children)
         try:
+            if children:
+                inst.enable_event(FORK_EVENT)
             self._configure(inst)
             inst.clear()
         except TracefsError as exc:
@@ -241,9 +299,16 @@ class GraphCapture:
             raise CaptureError("graph capture stopped before it was started")
         inst.disarm()
         self._window = (self._window[0], t_disarm)
+        exits: dict[int, list[RawHit]] = {i: [] for i in self._exit_targets}
+        if self._exits is not None:
+            for raw in self._exits.drain():
+                if raw.tid in self._tids and self._window[0] < raw.ts_ns < self._window[1]:
+                    exits[self._exit_targets[raw.target]].append(raw)
         #: The instance's trace text as read (kept for debugging and test data).
         self.text = inst.read("trace")
         records = parse_trace(self.text)
+        if self.scope == "children":
+            self._tids |= descendants(self._tids, records)
         trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
         trace.capture_text = self.text
         trace.lost = inst.lost()
@@ -258,8 +323,10 @@ class GraphCapture:
             if (r.tid in self._tids or (isinstance(r, EventRecord) and r.name in user_events))
             and self._window[0] < r.ts_ns < self._window[1]
         ]
+        if self._exits is not None and self._exits.lost:
+            trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
         trace.hits = build_hits(
-            self.targets, self._matchers, self._events, self._returns, kept, self._user
+            self.targets, self._matchers, self._events, self._returns, kept, self._user, exits
         )
         return trace
 
@@ -267,7 +334,10 @@ class GraphCapture:
         """Disarm and remove this trace's events and probes (idempotent); a capture
         without a session's recorder also removes the instance."""
         inst, self._instance = self._instance, None
+        exits, self._exits = self._exits, None
         try:
+            if exits is not None:
+                exits.close()
             if inst is not None:
                 inst.disarm()
                 inst.release()
@@ -279,6 +349,7 @@ class GraphCapture:
 
     def _configure(self, inst: Instance) -> None:
         available = None
+        programs: list[int] = []
         for i, t in enumerate(self.targets):
             if t.kind == "kfunc":
                 assert t.function is not None
@@ -299,9 +370,7 @@ class GraphCapture:
 
                 with resolve_program(t) as ref:
                     self._matchers.append(_program_matcher(ref.ksyms, _jited_ranges(ref.fd)))
-                self._notes.append(
-                    f"{t.spec}: BPF program return values are not recorded by the graph backend"
-                )
+                programs.append(i)
             elif t.kind == "tp":
                 assert t.tracepoint is not None
                 try:
@@ -315,6 +384,23 @@ class GraphCapture:
                 self._events[i] = self._add_user_probe(inst, i, t)
             else:
                 raise CaptureError(f"{t.spec}: not supported on the graph backend")
+        self._attach_exits(programs)
+
+    def _attach_exits(self, programs: list[int]) -> None:
+        """The LBR tracer's fexit hook on each program target, without snapshots:
+        the function tracer cannot see a JITed program return, fexit can."""
+        if not programs:
+            return
+        from pytest_lbr.capture.hooks import HookSet
+
+        hooks = HookSet([self.targets[i] for i in programs], snapshot=False)
+        try:
+            hooks.attach()
+        except (CaptureError, OSError) as exc:
+            for i in programs:
+                self._notes.append(f"{self.targets[i].spec}: no return values (fexit: {exc})")
+            return
+        self._exits, self._exit_targets = hooks, programs
 
     def _add_user_probe(self, inst: Instance, index: int, t: Target) -> str:
         """A uprobe (entry, with the return address) or uretprobe event on `t`."""
@@ -388,6 +474,7 @@ def build_hits(
     returns: dict[str, str],
     records: Iterable[FunctionRecord | EventRecord],
     user: dict[int, ElfFunctions] | None = None,
+    exits: dict[int, list[RawHit]] | None = None,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
@@ -395,7 +482,8 @@ def build_hits(
     a kfunc's function, or anywhere inside a BPF program;
     `events[i]` names target i's event (a tracepoint, or the kretprobe carrying
     a kfunc's return value, a uprobe's event); `returns` maps a kretprobe event
-    to its function; `user[i]` holds the symbols of uprobe target i's binary.
+    to its function; `user[i]` holds the symbols of uprobe target i's binary;
+    `exits[i]` holds the fexit records of program target i (its runs' returns).
     """
     by_tid: dict[int, list[FunctionRecord | EventRecord]] = {}
     for r in records:
@@ -404,21 +492,105 @@ def build_hits(
         ):
             continue  # interrupts are not the thread's work, clock reads are ftrace's
         by_tid.setdefault(r.tid, []).append(r)
+    exits = exits or {}
+    for raws in exits.values():
+        for raw in raws:
+            by_tid.setdefault(raw.tid, [])  # a run that called nothing has no records
     hits: list[Hit] = []
     for tid, recs in by_tid.items():
+        recs = _without_exit_hooks(recs, (r.ts_ns for rs in exits.values() for r in rs))
         steps = list(reconstruct(recs, returns))
         for i, target in enumerate(targets):
             if target.kind == "tp":
                 hits.extend(_event_hits(target, events[i], tid, steps))
             elif target.kind in ("uprobe", "uretprobe"):
                 assert user is not None
-                hits.extend(_user_hits(target, events[i], user[i], tid, recs))
+                hits.extend(_user_hits(target, events[i], user[i], tid, steps))
             elif target.kind == "prog":
-                hits.extend(_program_runs(target, matchers[i], tid, recs))
+                runs = _program_runs(target, matchers[i], tid, recs)
+                if i in exits:
+                    runs = _with_returns(target, tid, runs, [r for r in exits[i] if r.tid == tid])
+                hits.extend(runs)
             else:
                 hits.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
     hits.sort(key=lambda h: h.timestamp_ns)
     return hits
+
+
+def _without_exit_hooks(
+    records: list[FunctionRecord | EventRecord], hook_times: Iterable[int]
+) -> list[FunctionRecord | EventRecord]:
+    """One thread's function records without those of our fexit hooks (`EXIT_HOOK_FRAMES`).
+
+    The trampoline's helpers are notrace: only what they call names them, as the
+    parent. A hook runs from the first record called by `__bpf_prog_enter*` to
+    the last one called by the next `__bpf_prog_exit*` (and what those called);
+    it is ours when one of `hook_times` (when our fexit program ran: its records'
+    bpf_ktime_get_ns) falls in between, so a user's fentry/fexit program stays.
+    Records called by `__bpf_tramp_enter`/`exit` (and their callees) are dropped
+    wherever they are. Cut by time, not by name: the tracer program's kallsyms
+    name may be the traced program's, and some of what it calls is notrace
+    (bpf_ringbuf_commit), so its callees name a parent never entered.
+    """
+    times = sorted(hook_times)
+    funcs = [r if isinstance(r, FunctionRecord) else None for r in records]
+    drop = [False] * len(records)
+
+    def called_by(r: FunctionRecord | None, key: str) -> bool:
+        return r is not None and fnmatch.fnmatchcase(r.parent or "", EXIT_HOOK_FRAMES[key])
+
+    def drop_calls(start: int, key: str) -> int:
+        """Drop the records from `start` on called by `key` or by what they entered."""
+        entered: set[str] = set()
+        i = start
+        while i < len(records):
+            r = funcs[i]
+            if r is not None:
+                if not (called_by(r, key) or r.parent in entered):
+                    break
+                entered.add(r.func)
+                drop[i] = True
+            i += 1
+        return i
+
+    i = 0
+    while i < len(records):
+        r = funcs[i]
+        if called_by(r, "trampoline"):
+            i = drop_calls(i, "trampoline")
+            continue
+        if r is not None and called_by(r, "enter"):
+            end = next((j for j in range(i + 1, len(records)) if called_by(funcs[j], "exit")), None)
+            if end is not None and _any_between(times, r.ts_ns, records[end].ts_ns):
+                for j in range(i, end):
+                    drop[j] = funcs[j] is not None
+                i = drop_calls(end, "exit")
+                continue
+        i += 1
+    return [r for r, gone in zip(records, drop, strict=True) if not gone]
+
+
+def _any_between(times: list[int], lo: int, hi: int) -> bool:
+    k = bisect.bisect_left(times, lo)
+    return k < len(times) and times[k] <= hi
+
+
+def _with_returns(target: Target, tid: int, runs: list[Hit], exits: list[RawHit]) -> list[Hit]:
+    """Give each run its return value: a run ends at its fexit record.
+
+    A fexit record with no run before it is a run that called nothing: a hit
+    with no branches. A run with no fexit record after it (lost) keeps None.
+    """
+    pending = sorted(runs, key=lambda h: h.timestamp_ns)
+    out: list[Hit] = []
+    for raw in sorted(exits, key=lambda r: r.ts_ns):
+        if pending and pending[0].timestamp_ns <= raw.ts_ns:
+            hit = pending.pop(0)
+        else:
+            hit = Hit(target.spec, cpu=raw.cpu, pid=os.getpid(), tid=tid, timestamp_ns=raw.ts_ns)
+        hit.retval = raw.retval
+        out.append(hit)
+    return out + pending
 
 
 def _frame_hits(
@@ -483,6 +655,7 @@ def _hits_until_return(
     hit: Hit | None = None
     open_calls = 0
     returning = False
+    depth = 0  # of the hit's frame
     for step in steps:
         frame = step.frame
         recorded_call = (
@@ -492,7 +665,9 @@ def _hits_until_return(
             and match(frame.func, frame.addr)
         )
         if hit is None:
-            if returning and step.kind == "ret" and hits:
+            # The returns from the hit's frame and the frames above it, which its
+            # return event pops; not those of its callers (the next record's).
+            if returning and step.kind == "ret" and hits and len(step.stack) >= depth:
                 _append(hits[-1], step)
                 continue
             returning = False
@@ -502,7 +677,7 @@ def _hits_until_return(
                 hit = Hit(
                     target.spec, pid=os.getpid(), tid=tid, cpu=rec.cpu, timestamp_ns=rec.ts_ns
                 )
-                open_calls = 1
+                open_calls, depth = 1, len(step.stack)
                 _append(hit, step)
             continue
         if step.kind == "event":
@@ -558,7 +733,8 @@ def _program_runs(
         hits.append(hit)
         hit = None
 
-    for rec in records:
+    mentions = Mentions(records, {})
+    for index, rec in enumerate(records):
         if not isinstance(rec, FunctionRecord):
             continue
         parent = rec.parent or ""
@@ -575,8 +751,13 @@ def _program_runs(
             elif parent in outer:
                 close()
             else:
-                # A parent never recorded (notrace, inlined copy): nest under the top.
+                # A parent never recorded (notrace, e.g. an out-of-line `inline`
+                # function): an unseen caller, under the innermost call known to
+                # be still running (or the program itself), not under the top.
+                running = mentions.innermost_running(inner, index)
+                pop_to(0 if running is None else running + 1)
                 inner.append(Frame(parent, rec.parent_addr - rec.parent_off))
+                _append(hit, Step("call", inner[-1], list(inner)))
         if hit is None:
             depth = innermost(outer, parent.__eq__)
             if depth is not None:
@@ -612,10 +793,13 @@ def _user_hits(
     event: str,
     elf: ElfFunctions,
     tid: int,
-    records: list[FunctionRecord | EventRecord],
+    steps: list[Step],
 ) -> list[Hit]:
     """One hit per uprobe/uretprobe event line of this thread.
 
+    A hit holds the thread's kernel calls since its previous hit of this target
+    (or since the trace was armed, or the thread started), then the user-level
+    edge: the call into the function (entry) or the return to the caller.
     Entry body: "(0xIP) caller=0xRET"; return body: "(0xFUNC <- 0xRET) ret=0xV".
     Run-time addresses are mapped back into the file with the function's own
     address (known from the symbol table), which gives the caller's name.
@@ -623,7 +807,12 @@ def _user_hits(
     assert target.function is not None
     func_vaddr = elf.address(target.function)
     hits: list[Hit] = []
-    for rec in records:
+    kernel = Hit(target.spec)  # the kernel calls since the previous hit
+    for step in steps:
+        rec = step.record
+        if step.kind != "event":
+            _append(kernel, step)
+            continue
         if not isinstance(rec, EventRecord) or rec.name != event:
             continue
         addrs = _hex_fields(rec.body)
@@ -633,6 +822,8 @@ def _user_hits(
         site = addrs[1] if len(addrs) > 1 else None
         bias = entry - func_vaddr
         hit = Hit(target.spec, cpu=rec.cpu, pid=tid, tid=tid, timestamp_ns=rec.ts_ns)
+        hit.branches, hit.raw_branches = kernel.branches, kernel.raw_branches
+        kernel = Hit(target.spec)
         func = Location(entry, target.function, 0, module=elf.path.name)
         if site is not None:
             found = elf.locate(site - bias)
@@ -689,16 +880,24 @@ def _when(steps: list[Step], step: Step) -> tuple[int, int]:
 
 def _append(hit: Hit, step: Step) -> None:
     frame = step.frame
-    if frame is None or frame.call is None:
-        return  # entered unseen: no call site to show
+    if frame is None:
+        return
     call = frame.call
-    site = Location(call.parent_addr, call.parent, call.parent_off)
     entry = Location(frame.addr, frame.func, 0)
-    if step.kind == "call":
+    if call is None:
+        # Entered unseen: an explicit frame whose caller is unknown.
+        branch = (
+            Branch(UNSEEN_CALLER, entry, "unseen")
+            if step.kind == "call"
+            else Branch(entry, UNSEEN_CALLER, "ret")
+        )
+    elif step.kind == "call":
+        site = Location(call.parent_addr, call.parent, call.parent_off)
         branch = Branch(site, entry, "call")
     else:
         # Function tracing does not see the ret instruction: the return is shown
         # from the function (+0x0) back to its call site.
+        site = Location(call.parent_addr, call.parent, call.parent_off)
         branch = Branch(entry, site, "ret")
     hit.raw_branches.append(branch)
     if not any(f.func in PROBE_HANDLERS for f in step.stack):

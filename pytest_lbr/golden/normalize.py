@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_lbr.golden.format import LEVELS
-from pytest_lbr.model import CALL_KINDS, Branch, Trace
+from pytest_lbr.model import CALL_KINDS, FRAME_KINDS, Branch, Trace
 from pytest_lbr.noise import DEFAULT_EXCLUDE
 
 __all__ = ["Normalization", "normalize"]
@@ -76,7 +76,7 @@ def _hit_edges(branches: Sequence[Branch], level: str, norm: Normalization) -> l
     for b in branches:
         if skip_depth:
             # Inside an excluded function: drop its whole subtree (needs call/ret pairs).
-            if b.kind in CALL_KINDS:
+            if b.kind in FRAME_KINDS:
                 skip_depth += 1
             elif b.kind == "ret":
                 skip_depth -= 1

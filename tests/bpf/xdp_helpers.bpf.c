@@ -21,6 +21,16 @@ struct {
 	__type(value, __u64);
 } last SEC(".maps");
 
+/* An LRU hash: an update of a new key takes a free element off the LRU lists
+ * (bpf_lru_pop_free) and then locks the bucket through htab_lock_bucket, a
+ * notrace inline function the function tracer never records. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} recent SEC(".maps");
+
 /* A real (non-inlined) subprogram, so traces show a BPF-to-BPF call. */
 static __attribute__((noinline)) int note_cpu(void)
 {
@@ -73,6 +83,21 @@ int xdp_cpu(struct xdp_md *ctx)
 	__u64 cpu = bpf_get_smp_processor_id();
 
 	bpf_map_update_elem(&last, &key, &cpu, BPF_ANY);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int xdp_lru(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 key;
+	__u64 one = 1;
+
+	if (data + sizeof(key) > data_end)
+		return XDP_ABORTED;
+	key = *(__u32 *)data;
+	bpf_map_update_elem(&recent, &key, &one, BPF_ANY);
 	return XDP_PASS;
 }
 

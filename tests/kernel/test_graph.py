@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,12 @@ from pytest_lbr.capture.ftrace import find_tracefs
 from pytest_lbr.capture.graph import probe_graph
 from pytest_lbr.model import Trace
 from pytest_lbr.tracer import Tracer
-from tests.bpf.objects import bpf_object
+from tests.bpf.objects import (
+    XDP_DROP,
+    XDP_HELPERS_DROP_BYTE,
+    XDP_PASS,
+    bpf_object,
+)
 
 pytestmark = pytest.mark.kernel
 
@@ -89,6 +96,56 @@ def test_one_hit_per_run(xdp_helpers, runs: int, repeat: int) -> None:
     _assert_only_the_program(trace)
 
 
+def test_program_runs_carry_their_return_values(xdp_helpers) -> None:
+    """A program target's runs get retval from a fexit hook (the function tracer
+    never sees a JITed program return), as on the LBR backend."""
+    drop = bytes([XDP_HELPERS_DROP_BYTE]) + bytes(63)
+    with Tracer(backend="graph").trace(xdp_helpers) as trace:
+        verdicts = [xdp_helpers.run(data=d).retval for d in (bytes(range(1, 65)), drop)]
+    assert verdicts == [XDP_PASS, XDP_DROP]
+    assert [h.retval for h in trace.hits] == verdicts, str(trace)
+    assert not any("return values" in n for n in trace.notes), trace.notes
+    # The fexit hook's own records (trampoline, tracer program) are not the program's.
+    for hit in trace.hits:
+        assert not any(
+            (loc.symbol or "").startswith(("__bpf_prog_", "bpf_trampoline_", "bpf_ringbuf"))
+            for b in hit.raw_branches
+            for loc in (b.src, b.dst)
+        ), str(trace)
+
+
+def test_program_that_calls_nothing_is_one_hit_per_run() -> None:
+    with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
+        prog = obj.programs["xdp_pass_with_a_long_name"]
+        with Tracer(backend="graph").trace(prog) as trace:
+            prog.run(data=bytes(64), repeat=2)
+    assert [(h.retval, h.branches) for h in trace.hits] == [(XDP_PASS, [])] * 2, str(trace)
+
+
+def test_lru_update_shows_the_unseen_bucket_lock_caller() -> None:
+    """htab_lock_bucket is notrace: its frame is explicit and sits under the update,
+    never under the spin_unlock that the function tracer saw last."""
+    with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
+        prog = obj.programs["xdp_lru"]
+        with Tracer(backend="graph").trace(prog) as trace:
+            prog.run(data=(7).to_bytes(4, "little") + bytes(60))
+    assert len(trace.hits) == 1 and trace.hits[0].retval == XDP_PASS, str(trace)
+    hit = trace.hits[0]
+    stack: list[str] = []
+    parent_of_lock = None
+    for b in hit.branches:
+        if b.kind in ("call", "unseen"):
+            name = b.dst.symbol or "?"
+            if name == "_raw_spin_lock":
+                parent_of_lock = stack[-1]
+            stack.append(f"{name} (unseen)" if b.kind == "unseen" else name)
+        elif b.kind == "ret":
+            stack.pop()
+    assert parent_of_lock == "htab_lock_bucket (unseen)", str(trace)
+    assert trace.called("_raw_spin_lock", by="htab_lock_bucket"), str(trace)
+    assert trace.has_path("xdp_lru", "htab_lru_map_update_elem", "prealloc_lru_pop"), str(trace)
+
+
 def test_kfunc_vfs_write_path_and_retval() -> None:
     before = _tracefs_state()
     with Tracer(backend="graph").trace("kfunc:vfs_write") as trace:
@@ -158,3 +215,68 @@ def test_unknown_function_is_an_error() -> None:
         with Tracer(backend="graph").trace("kfunc:no_such_function_xyz"):
             pass
     assert _tracefs_state() == before
+
+
+TOUCH_C = r"""
+#include <fcntl.h>
+#include <unistd.h>
+
+/* Opens, writes one byte to and closes a file: three syscalls to trace. */
+__attribute__((noinline)) int touch(const char *path)
+{
+	int fd = open(path, O_WRONLY);
+	int n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, "x", 1);
+	close(fd);
+	return n;
+}
+
+int main(void)
+{
+	return touch("/dev/null") == 1 ? 0 : 1;
+}
+"""
+
+
+@pytest.fixture
+def touch_binary(tmp_path: Path) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    src, out = tmp_path / "touch.c", tmp_path / "touch"
+    src.write_text(TOUCH_C)
+    subprocess.run(["gcc", "-O1", "-o", str(out), str(src)], check=True)
+    return out
+
+
+@pytest.mark.parametrize("scope", ["process", "children"])
+def test_children_scope_records_a_child_process_kernel_calls(touch_binary, scope: str) -> None:
+    """A uretprobe hit in a child holds the child's kernel calls only when the
+    trace follows children; the user-level edge and retval are there either way."""
+    before = _tracefs_state()
+    with Tracer(backend="graph") as tracer:
+        with tracer.trace(f"uretprobe:{touch_binary}:touch", scope=scope) as trace:
+            subprocess.run([str(touch_binary)], check=True)
+        # The next trace of the session follows this process only again.
+        with tracer.trace("kfunc:vfs_write") as after:
+            subprocess.run([str(touch_binary)], check=True)
+    assert _tracefs_state() == before
+    assert len(trace.hits) == 1, str(trace)
+    hit = trace.hits[0]
+    assert hit.retval == 1 and hit.pid != os.getpid(), str(trace)
+    assert hit.branches[-1].kind == "ret" and hit.branches[-1].src.symbol == "touch"
+    one = Trace(hits=[hit])
+    if scope == "children":
+        assert one.called("write_null"), str(trace)
+        assert one.has_path("vfs_write", "write_null"), str(trace)
+    else:
+        assert not any(b.kind == "call" for b in hit.branches), str(trace)
+    assert after.hits == [], str(after)
+
+
+def test_unknown_scope_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown scope 'everything'; expected one of"):
+        with Tracer(backend="graph").trace("kfunc:vfs_write", scope="everything"):
+            pass
