@@ -31,12 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import timed, timed_interleaved  # noqa: E402
 
+from pytest_lbr.fetch_vmlinux import fetch_debian_dbg  # noqa: E402
+from pytest_lbr.progress import set_progress  # noqa: E402
 from pytest_lbr.symbols.dwarf import Frame  # noqa: E402
-from pytest_lbr.symbols.vmlinux import (  # noqa: E402
-    VmlinuxLines,
-    fetch_debian_dbg,
-    sample_text_addresses,
-)
+from pytest_lbr.symbols.vmlinux import VmlinuxLines, sample_text_addresses  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS-symbolize.md"
 BIG = 100_000  # the "large cache" rows: a cache also holding this many other addresses
@@ -74,6 +72,8 @@ def main() -> None:
         help="largest set also timed with pyelftools alone (it decodes every unit touched)",
     )
     args = ap.parse_args()
+    # The download and long DWARF reads say where they are, as `pytest-lbr` does.
+    set_progress(lambda message: print(f"bench: {message}", file=sys.stderr, flush=True))
     vmlinux = args.vmlinux or _default_vmlinux()
     sizes = [int(s) for s in args.sizes.split(",")]
     llvm = _tool("llvm-symbolizer", "llvm-symbolizer-14")

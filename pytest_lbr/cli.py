@@ -2,17 +2,21 @@
 
     pytest-lbr trace TARGET... [--backend B] [--filter F] [--disasm] [--count N | --duration S]
     pytest-lbr diff A.lbr B.lbr
-    pytest-lbr doctor
+    pytest-lbr doctor [--mount]
+    pytest-lbr fetch-vmlinux [RELEASE]
 
 `trace` attaches to any target `lbr.trace` accepts and prints every hit in the
 retsnoop/bpflbr format. The capture backends collect a whole trace when they are
 disarmed (no streaming), so hits are printed per collection window (`--window`,
 1 s by default). `diff` compares two golden files with the plugin's own parser.
-`doctor` says what this machine can trace and, for each thing it cannot, the fix.
+`doctor` says what this machine can trace and, for each thing it cannot, the fix;
+with `--mount` it first mounts tracefs. `fetch-vmlinux` downloads Debian's debug
+vmlinux into the cache, where traces find it for file:line. Progress of the
+library's slow steps goes to stderr.
 
 Exit status: 0 success (trace ended by Ctrl-C included), 1 `diff` found a
-difference or `doctor` found tracing impossible, 2 usage or input error,
-130 a second Ctrl-C cut a collection short.
+difference, `doctor` found tracing impossible or `fetch-vmlinux` could not
+fetch, 2 usage or input error, 130 a second Ctrl-C cut a collection short.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from typing import TextIO
 
 from pytest_lbr.capture import BACKENDS, FILTERS
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, format_branches, format_hit_header
+from pytest_lbr.progress import set_progress
 
-__all__ = ["DoctorCheck", "doctor_checks", "main"]
+__all__ = ["DoctorCheck", "doctor_checks", "main", "mount_check"]
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -337,17 +342,37 @@ def _lbr() -> DoctorCheck:
 
 def _graph() -> DoctorCheck:
     from pytest_lbr.capture import probe
+    from pytest_lbr.capture.ftrace import TRACEFS_MOUNT_COMMAND, find_tracefs
 
     cap = probe("graph")
     if cap.available:
         return DoctorCheck("tracefs", True, "function tracer works in a private tracefs instance")
-    return DoctorCheck(
-        "tracefs",
-        False,
-        cap.reason,
-        "the graph backend needs the ftrace function tracer as root: run in a guest "
-        "(pytest-lbr vm --kernel 6.12)",
-    )
+    if os.geteuid() == 0 and find_tracefs() is None:
+        fix = f"pytest-lbr doctor --mount mounts it (or, as root: {TRACEFS_MOUNT_COMMAND})"
+    else:
+        fix = (
+            "the graph backend needs the ftrace function tracer as root: run in a guest "
+            "(pytest-lbr vm --kernel 6.12)"
+        )
+    return DoctorCheck("tracefs", False, cap.reason, fix)
+
+
+def mount_check() -> DoctorCheck:
+    """`doctor --mount`: mount tracefs where it is not (the one command that mounts)."""
+    from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
+
+    if find_tracefs() == Path(TRACEFS_MOUNTS[0]):
+        return DoctorCheck("mount tracefs", True, f"already mounted at {TRACEFS_MOUNTS[0]}")
+    try:
+        return DoctorCheck("mount tracefs", True, f"mounted at {mount_tracefs()}")
+    except TracefsError as exc:
+        return DoctorCheck(
+            "mount tracefs",
+            False,
+            exc.strerror or str(exc),
+            "mount needs root: sudo pytest-lbr doctor --mount, or run in a guest "
+            "(pytest-lbr vm --kernel 6.12 mounts it)",
+        )
 
 
 def _vmlinux(explicit: str | None) -> Callable[[], DoctorCheck]:
@@ -365,8 +390,9 @@ def _vmlinux(explicit: str | None) -> Callable[[], DoctorCheck]:
             "debug vmlinux",
             False,
             status,
-            f"install the kernel's debug image (Debian: apt install linux-image-{release}-dbg) "
-            "or pass --lbr-vmlinux=PATH; traces then get file:line",
+            f"install the kernel's debug image (Debian: apt install linux-image-{release}-dbg, "
+            "or pytest-lbr fetch-vmlinux into the cache) or pass --lbr-vmlinux=PATH; traces "
+            "then get file:line",
         )
 
     return check
@@ -391,6 +417,8 @@ def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pytest_lbr.tracer import Tracer
 
     print(f"pytest-lbr doctor: kernel {os.uname().release} {os.uname().machine}", file=out)
+    if args.mount:  # first: the checks below then see tracefs mounted
+        print(_check("mount tracefs", mount_check), file=out, flush=True)
     for check in doctor_checks(args.vmlinux):
         print(check, file=out, flush=True)
     from pytest_lbr.libbpf import libbpf_messages
@@ -403,6 +431,23 @@ def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     print(f"=> no tracing here: {tracer.reason}", file=out)
     return EXIT_FOUND
+
+
+# -- fetch-vmlinux ----------------------------------------------------------------
+
+
+def _fetch_vmlinux(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
+    from pytest_lbr.symbols.vmlinux import VmlinuxError
+
+    release = args.release or os.uname().release
+    try:
+        path = fetch_debian_dbg(release)
+    except (VmlinuxError, OSError) as exc:
+        print(f"pytest-lbr: cannot fetch the debug vmlinux of {release}: {exc}", file=err)
+        return EXIT_FOUND
+    print(path, file=out)  # alone on stdout: --lbr-vmlinux=$(pytest-lbr fetch-vmlinux)
+    return EXIT_OK
 
 
 # -- command line -----------------------------------------------------------------
@@ -457,6 +502,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dr = sub.add_parser("doctor", help="what this machine can trace, and the fix for what not")
     dr.add_argument("--vmlinux", metavar="PATH", help="debug vmlinux to check")
+    dr.add_argument(
+        "--mount",
+        action="store_true",
+        help="mount tracefs at /sys/kernel/tracing first if it is not mounted (root)",
+    )
+    fv = sub.add_parser(
+        "fetch-vmlinux",
+        help="download Debian's debug vmlinux into the cache (apt-get) and print its path",
+    )
+    fv.add_argument(
+        "release", nargs="?", metavar="RELEASE", help="kernel release (default: the running one)"
+    )
     return parser
 
 
@@ -471,10 +528,11 @@ def main(
         from pytest_lbr.vm import main as vm_main
 
         return vm_main(argv[1:])
+    commands = {"trace": _trace, "diff": _diff, "doctor": _doctor, "fetch-vmlinux": _fetch_vmlinux}
+    previous = set_progress(lambda message: print(f"pytest-lbr: {message}", file=err, flush=True))
     try:
         args = build_parser().parse_args(argv)
-        command = {"trace": _trace, "diff": _diff, "doctor": _doctor}[args.cmd]
-        return command(args, out, err)
+        return commands[args.cmd](args, out, err)
     except UsageError as exc:
         print(f"pytest-lbr: error: {exc}", file=err)
         return EXIT_USAGE
@@ -483,6 +541,8 @@ def main(
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pytest-lbr trace ... | head`
         return EXIT_OK
+    finally:
+        set_progress(previous)
 
 
 if __name__ == "__main__":

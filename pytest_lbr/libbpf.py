@@ -141,6 +141,29 @@ class bpf_prog_info(Structure):  # noqa: N801 -- uapi name
 # -- option structs of the attach calls (prefixes of libbpf.h's; `sz` says how much we set) --
 
 
+class bpf_func_info(Structure):  # noqa: N801 -- uapi name
+    """`struct bpf_func_info`: where each function of a program starts, and its BTF type."""
+
+    _fields_ = [("insn_off", c_uint32), ("type_id", c_uint32)]
+
+
+class bpf_line_info(Structure):  # noqa: N801 -- uapi name
+    """`struct bpf_line_info`: one source line record of a program."""
+
+    _fields_ = [
+        ("insn_off", c_uint32),
+        ("file_name_off", c_uint32),
+        ("line_off", c_uint32),
+        ("line_col", c_uint32),
+    ]
+
+
+class btf_type(Structure):  # noqa: N801 -- uapi name
+    """`struct btf_type` (its fixed head; `size`/`type` is a union)."""
+
+    _fields_ = [("name_off", c_uint32), ("info", c_uint32), ("size", c_uint32)]
+
+
 class KprobeOpts(Structure):
     """struct bpf_kprobe_opts (libbpf.h)."""
 

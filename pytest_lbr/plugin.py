@@ -172,6 +172,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     _session(config).summary(terminalreporter)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if SESSION_KEY in config.stash:  # not if pytest_configure failed before creating it
+        _session(config).unconfigure()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     _session(node.config).worker_done(node)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Callable, Generator, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
 
 if TYPE_CHECKING:
@@ -80,9 +81,11 @@ class LbrSession:
             self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
         if self.enabled and self.vmlinux:
             self._check_vmlinux(str(self.vmlinux))
-            from pytest_lbr.symbols import use_vmlinux
-
-            use_vmlinux(str(self.vmlinux))
+        #: What `progress()` reported to before this session (put back at the end).
+        self._previous_progress: ProgressCallback | None = None
+        self._reports_progress = self.enabled
+        if self._reports_progress:
+            self._previous_progress = set_progress(self._progress)
         #: Golden files written in this process, and (controller) by the xdist workers.
         self.written: list[str] = []
         #: Golden checks per module (and, controller, the workers'), created by the first.
@@ -121,6 +124,17 @@ class LbrSession:
             raise pytest.UsageError(
                 f"{what}: unknown value {value!r}; choose from {', '.join(choices)}"
             )
+
+    def _progress(self, message: str) -> None:
+        """Library progress (a long DWARF read...) as a line of pytest's terminal output."""
+        plugins = self.config.pluginmanager
+        terminal = plugins.get_plugin("terminalreporter")
+        if terminal is None:  # -p no:terminal
+            return
+        capture = plugins.get_plugin("capturemanager")
+        # Inside a test, output is captured: the line must reach the terminal now.
+        with capture.global_and_fixture_disabled() if capture else nullcontext():
+            terminal.write_line(f"lbr: {message}")
 
     @staticmethod
     def _check_vmlinux(path: str) -> None:
@@ -161,7 +175,11 @@ class LbrSession:
         from pytest_lbr.tracer import Tracer
 
         assert self._backend is not None  # probe() resolved it
-        tracer = Tracer(backend=self._backend, filter=self.filter)
+        tracer = Tracer(
+            backend=self._backend,
+            filter=self.filter,
+            vmlinux=str(self.vmlinux) if self.vmlinux else None,
+        )
         record = self.record(item)
         record.tracer_traces = tracer.traces  # the same list: every trace the test takes
         tracer.golden_checker = lambda trace, name=None, level="function": self.check_golden(
@@ -399,6 +417,12 @@ class LbrSession:
             if self.golden_prune:
                 for path in self.unused:
                     path.unlink(missing_ok=True)
+
+    def unconfigure(self) -> None:
+        """Put back the progress listener this session replaced (pytester nests sessions)."""
+        if self._reports_progress:
+            self._reports_progress = False
+            set_progress(self._previous_progress)
 
     def summary(self, terminal: Any) -> None:
         """Terminal summary: golden files written and unused, report, why the exit

@@ -35,14 +35,22 @@ class Tracer:
     probing and the graph backend's set-up happen once, not per test). What a
     tracer resolved itself it releases at `close()` (or when used as a context
     manager, or when garbage collected); a shared `Backend` is its owner's.
+    `vmlinux` is the debug vmlinux that gives kernel addresses their file:line
+    (None: auto-discovered; the pytest plugin passes --lbr-vmlinux).
     """
 
-    def __init__(self, backend: str | Backend = "auto", filter: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: str | Backend = "auto",
+        filter: str | None = None,
+        vmlinux: str | None = None,
+    ) -> None:
         if isinstance(backend, str) and backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         check_filter(filter)
         self._wanted = backend if isinstance(backend, str) else backend.requested
         self._filter = filter
+        self._vmlinux = vmlinux
         self._shared = backend if isinstance(backend, Backend) else None
         #: Backends this tracer resolved itself, by the name asked for (it closes them).
         self._own: dict[str, Backend] = {}
@@ -96,7 +104,7 @@ class Tracer:
         chosen_filter = filter or self._filter
         if chosen_filter and cap.backend != "lbr":
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
-        capture = chosen.open(parsed, filter=chosen_filter, scope=scope)
+        capture = chosen.open(parsed, filter=chosen_filter, scope=scope, vmlinux=self._vmlinux)
         trace = Trace(targets=[t.spec for t in parsed], backend=cap.backend)
         self.traces.append(trace)
         try:
@@ -106,7 +114,7 @@ class Tracer:
         finally:
             capture.close()
         if cap.backend == "graph":
-            add_source_lines(done.hits)
+            add_source_lines(done.hits, self._vmlinux)
         trace.__dict__.update(done.__dict__)
         trace.targets = [t.spec for t in parsed]
 
@@ -147,8 +155,9 @@ def _close_all(backends: dict[str, Backend]) -> None:
     backends.clear()
 
 
-def add_source_lines(hits: list[Hit]) -> None:
-    """Give each branch end the symbolizer's name and file:line where it knows the address.
+def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
+    """Give each branch end the symbolizer's name and file:line where it knows the address
+    (`vmlinux`: the debug vmlinux to read lines from; None: auto-discovered).
 
     The graph backend names functions from ftrace's text; the LBR backend
     symbolizes its raw addresses as it decodes them.
@@ -158,7 +167,7 @@ def add_source_lines(hits: list[Hit]) -> None:
         return
     from pytest_lbr.symbols import get_symbolizer
 
-    found = get_symbolizer().locate_many(sorted(addrs))
+    found = get_symbolizer(vmlinux).locate_many(sorted(addrs))
 
     def better(loc: Location) -> Location:
         new = found.get(loc.addr)

@@ -477,9 +477,18 @@ def guest_main(
     results: Path, args: list[str], *, execute: str | None = None, strict: bool = True
 ) -> int:
     """Inside the VM: mount, run pytest (or the command), save dmesg, write the status file."""
+    from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
+
     (results / STARTED).write_text(f"{platform.release()}\n")
     _mount("bpf", "/sys/fs/bpf")
-    _mount("tracefs", "/sys/kernel/tracing")
+    # The graph backend only looks tracefs up: mounting it is this set-up's job
+    # (at the usual place, where tests/kernel looks too).
+    if find_tracefs() != Path(TRACEFS_MOUNTS[0]):
+        try:
+            where = f"mounted tracefs at {mount_tracefs()}"
+        except TracefsError as exc:
+            where = exc.strerror or str(exc)  # tests that need it then skip saying why
+        print(f"[guest {platform.release()}] {where}", flush=True)
     _mount("debugfs", "/sys/kernel/debug")
     # The guest's own scratch space: the host's /tmp shared over 9p breaks pytest's
     # unlinked temporary files (capture), so tmp_path and TMPDIR live in guest RAM.

@@ -149,7 +149,7 @@ def test_not_root_skips_with_the_reason_or_errors_with_require(
         (
             "graph",
             ("/sys/kernel",),
-            "tracefs is not mounted and cannot be mounted at /sys/kernel/tracing",
+            "tracefs is not mounted; mount it: mount -t tracefs nodev /sys/kernel/tracing",
         ),
         ("lbr", (str(Path(pytest_lbr.__file__).parent / "objects"),), "LBR tracer object missing "),
         ("lbr", ("LIBBPF",), "cannot load libbpf (libbpf.so.1): "),

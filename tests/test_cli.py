@@ -1,19 +1,24 @@
 """The `pytest-lbr` command line on the host: usage errors, `diff` of two golden
-files, `doctor` with the host's real answers. The guests run tests/kernel/test_cli_kernel.py."""
+files, `doctor` with the host's real answers, `fetch-vmlinux` on packages built
+here. The guests run tests/kernel/test_cli_kernel.py."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, find_tracefs
 from pytest_lbr.cli import doctor_checks, main
+from pytest_lbr.fetch_vmlinux import extract_vmlinux
 from pytest_lbr.golden import serialize
 from pytest_lbr.model import Trace
+from pytest_lbr.symbols.vmlinux import VmlinuxError
 
 #: The installed console script (not `python -m`, which would import the checkout).
 PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
@@ -138,6 +143,89 @@ def test_doctor_output_has_the_line_shapes_docs_cli_md_shows() -> None:
     sample = DOCS.read_text().split("<!-- doctor-sample -->")[1].split("```")[1].splitlines()[1:]
     assert re.fullmatch(r"pytest-lbr doctor: kernel \S+ \S+", sample[0])
     assert all(shape.fullmatch(line) for line in sample[1:] if line), sample
+
+
+def test_doctor_mount_says_tracefs_is_mounted_and_changes_nothing_else() -> None:
+    if find_tracefs() != Path(TRACEFS_MOUNTS[0]):
+        pytest.skip(f"tracefs is not mounted at {TRACEFS_MOUNTS[0]}: this test does not mount it")
+    res = run("doctor", "--mount")
+    assert res.returncode in (0, 1), res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[1] == f"[ok] mount tracefs: already mounted at {TRACEFS_MOUNTS[0]}"
+    assert [line.split(":")[0] for line in lines[2:] if line.startswith("[")] == [
+        f"[{'ok' if c.ok else 'no'}] {c.name}" for c in doctor_checks()
+    ]
+
+
+def _package(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    """A real .deb holding `files` (paths under the root), built with dpkg-deb."""
+    if shutil.which("dpkg-deb") is None:
+        pytest.skip("dpkg-deb is not installed (Debian package dpkg)")
+    root = tmp_path / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        "Package: linux-image-9.9.9-test-dbg\nVersion: 1\nArchitecture: all\n"
+        "Maintainer: test <test@example.org>\nDescription: test\n"
+    )
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    deb = tmp_path / "linux-image-9.9.9-test-dbg_1_all.deb"
+    subprocess.run(
+        ["dpkg-deb", "-Znone", "--root-owner-group", "--build", str(root), str(deb)],
+        check=True,
+        capture_output=True,
+    )
+    return deb
+
+
+def test_fetch_vmlinux_takes_only_the_vmlinux_out_of_the_package(tmp_path: Path) -> None:
+    image = os.urandom(300_000)
+    deb = _package(
+        tmp_path,
+        {
+            "usr/lib/debug/boot/vmlinux-9.9.9-test": image,
+            "usr/lib/debug/lib/modules/9.9.9-test/kernel/x.ko": b"module",
+        },
+    )
+    target = tmp_path / "cache" / "vmlinux-9.9.9-test"
+    extract_vmlinux(deb, "9.9.9-test", target)
+    assert target.read_bytes() == image
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no partial file left
+    with pytest.raises(VmlinuxError, match=r"has no \./usr/lib/debug/boot/vmlinux-1\.0-other$"):
+        extract_vmlinux(deb, "1.0-other", tmp_path / "other")
+    (tmp_path / "broken.deb").write_bytes(b"not a package")
+    with pytest.raises(VmlinuxError, match=r"^cannot read .*broken\.deb: "):
+        extract_vmlinux(tmp_path / "broken.deb", "9.9.9-test", tmp_path / "other")
+
+
+def test_fetch_vmlinux_prints_the_cached_path_without_downloading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no apt-get to run
+    cached = tmp_path / "pytest-lbr" / "dbg" / "usr" / "lib" / "debug" / "boot" / "vmlinux-9.9"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"\x7fELF")
+    assert main(["fetch-vmlinux", "9.9"]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == (f"{cached}\n", "")
+
+
+def test_fetch_vmlinux_reports_progress_and_failure_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # apt-get cannot be found
+    assert main(["fetch-vmlinux", "9.9"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    progress, failure = err.splitlines()
+    assert progress == (
+        f"pytest-lbr: downloading linux-image-9.9-dbg (~900 MB) into {tmp_path}/pytest-lbr/dbg"
+    )
+    assert failure.startswith("pytest-lbr: cannot fetch the debug vmlinux of 9.9: ")
+    assert "apt-get" in failure
 
 
 @pytest.mark.parametrize(

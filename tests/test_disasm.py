@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.bpfprog import read_program
 from pytest_lbr.symbols.disasm import (
@@ -17,7 +18,7 @@ from pytest_lbr.symbols.disasm import (
     format_listing,
     instruction_at,
 )
-from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines, fetch_debian_dbg
+from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines
 from tests.bpf.objects import bpf_object, require_root
 
 

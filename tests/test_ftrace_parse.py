@@ -19,7 +19,7 @@ import pytest
 
 from pytest_lbr.capture import ftrace
 from pytest_lbr.capture.ftrace import EventRecord, FunctionRecord, parse_trace, reconstruct
-from pytest_lbr.capture.graph import build_hits, probe_graph
+from pytest_lbr.capture.graph import build_hits, descendants, probe_graph
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
 from pytest_lbr.report import Node, call_tree
@@ -420,3 +420,23 @@ def test_a_run_that_called_nothing_is_a_hit_with_its_return_value() -> None:
     exits = {0: [RawHit(0, 0, first.tid, first.tid, first.ts_ns + 5, 2, -2)]}
     hits = build_hits([target], [lambda f, a: False], {}, {}, records, None, exits)
     assert [(h.retval, h.branches, h.tid) for h in hits] == [(2, [], first.tid)]
+
+
+def test_children_are_found_from_the_fork_events() -> None:
+    # scope="children" in the 6.1 guest: the test (python, 246) started a process
+    # (252) while armed; its sched_process_fork event names both, and the child's
+    # first records follow from ret_from_fork.
+    records = _records("ftrace-6.1-fork.txt")
+    assert descendants({246}, records) == {252}
+    assert descendants({999}, records) == set()
+    assert any(isinstance(r, FunctionRecord) and r.tid == 252 for r in records)
+    # A grandchild: the child's own fork would name it as the parent.
+    fork = next(r for r in records if isinstance(r, EventRecord))
+    grandchild = EventRecord(
+        252,
+        0,
+        fork.ts_ns + 1,
+        fork.name,
+        fork.body.replace("252", "260").replace("pid=246", "pid=252"),
+    )
+    assert descendants({246}, [*records, grandchild]) == {252, 260}

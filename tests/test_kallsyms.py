@@ -54,13 +54,12 @@ def test_live_kallsyms_locates_kernel_functions() -> None:
     assert str(loc).startswith("vfs_write+0x5")
 
 
-def test_use_vmlinux_sets_the_default_symbolizer_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from pytest_lbr.symbols import get_symbolizer, use_vmlinux
+def test_each_vmlinux_path_has_its_own_symbolizer(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest_lbr.symbols as symbols
 
     path = str(tmp_path / "vmlinux-x")
-    use_vmlinux(path)
-    try:
-        assert get_symbolizer() is get_symbolizer(path)
-    finally:
-        use_vmlinux(None)
-    assert get_symbolizer() is get_symbolizer(None)
+    assert symbols.get_symbolizer(path) is symbols.get_symbolizer(path)
+    # The session passes --lbr-vmlinux along; nothing sets a process-wide default.
+    assert symbols.get_symbolizer() is not symbols.get_symbolizer(path)
+    assert symbols.get_symbolizer() is symbols.get_symbolizer(None)
+    assert not hasattr(symbols, "use_vmlinux")

@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
+from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
 from pytest_lbr.symbols.dwarf import Frame
 from pytest_lbr.symbols.vmlinux import (
     VmlinuxError,
     VmlinuxLines,
     VmlinuxMismatch,
     check_matches_running,
-    fetch_debian_dbg,
     running_build_id,
     sample_text_addresses,
 )

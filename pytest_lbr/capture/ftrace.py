@@ -17,10 +17,12 @@ killed process are removed by `cleanup_stale_instances()`.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import errno
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from ctypes import c_char_p, c_int, c_ulong, c_void_p
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -34,6 +36,8 @@ __all__ = [
     "Instance",
     "Step",
     "TRACEFS_MOUNTS",
+    "TRACEFS_MOUNT_COMMAND",
+    "TRACEFS_NOT_MOUNTED",
     "TracefsError",
     "cleanup_stale_instances",
     "filter_functions_text",
@@ -41,6 +45,7 @@ __all__ = [
     "innermost",
     "innermost_call",
     "matching_functions",
+    "mount_tracefs",
     "parse_trace",
     "reconstruct",
 ]
@@ -51,6 +56,12 @@ T = TypeVar("T")
 INSTANCE_PREFIX = "pytest_lbr"
 #: Where tracefs is mounted, the usual place first.
 TRACEFS_MOUNTS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+#: The command that mounts tracefs where `mount_tracefs()` does.
+TRACEFS_MOUNT_COMMAND = f"mount -t tracefs nodev {TRACEFS_MOUNTS[0]}"
+#: Why there is no tracefs, and the fix: one line for a capability or an error.
+TRACEFS_NOT_MOUNTED = (
+    f"tracefs is not mounted; mount it: {TRACEFS_MOUNT_COMMAND} (pytest-lbr doctor --mount does it)"
+)
 _INSTANCE_RE = re.compile(rf"^{INSTANCE_PREFIX}-(\d+)-\d+$")
 #: kallsyms names of JITed BPF functions: bpf_prog_<tag>[_<name>].
 BPF_SYMBOL_RE = re.compile(r"^bpf_prog_[0-9a-f]{16}(?:_|$)")
@@ -61,16 +72,47 @@ class TracefsError(OSError):
     """A tracefs file refused a write or read; the message names the file."""
 
 
-def find_tracefs(mount: bool = True) -> Path | None:
-    """The tracefs mount point, mounting it at /sys/kernel/tracing if allowed."""
+def find_tracefs() -> Path | None:
+    """The tracefs mount point, or None when it is not mounted (a pure lookup:
+    `mount_tracefs()` is the explicit step that mounts it)."""
     for path in TRACEFS_MOUNTS:
         if os.path.exists(os.path.join(path, "trace")):
             return Path(path)
-    if mount and os.path.isdir(TRACEFS_MOUNTS[0]):
-        os.system(f"mount -t tracefs nodev {TRACEFS_MOUNTS[0]} 2>/dev/null")
-        if os.path.exists(os.path.join(TRACEFS_MOUNTS[0], "trace")):
-            return Path(TRACEFS_MOUNTS[0])
     return None
+
+
+def mount_tracefs() -> Path:
+    """Mount tracefs at /sys/kernel/tracing unless it is mounted there already; that path.
+
+    The set-up step of `pytest-lbr doctor --mount` and of the VM guests, never a
+    side effect of a lookup. Raises TracefsError with one line naming the mount
+    point and the fix.
+    """
+    target = TRACEFS_MOUNTS[0]
+    if find_tracefs() == Path(target):
+        return Path(target)
+    if not os.path.isdir(target):
+        raise TracefsError(
+            errno.ENOENT,
+            f"cannot mount tracefs: {target} does not exist (a kernel without "
+            "CONFIG_TRACING, or no /sys mounted)",
+        )
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [c_char_p, c_char_p, c_char_p, c_ulong, c_void_p]
+    libc.mount.restype = c_int
+    if libc.mount(b"nodev", target.encode(), b"tracefs", 0, None) != 0:
+        err = ctypes.get_errno()
+        fix = (
+            "run as root"
+            if err == errno.EPERM
+            else "this kernel has no tracefs (CONFIG_TRACING)"
+            if err == errno.ENODEV
+            else f"mount it as root: {TRACEFS_MOUNT_COMMAND}"
+        )
+        raise TracefsError(err, f"cannot mount tracefs at {target}: {os.strerror(err)}; {fix}")
+    if not os.path.exists(os.path.join(target, "trace")):
+        raise TracefsError(errno.ENOENT, f"mounted tracefs at {target} but it has no trace file")
+    return Path(target)
 
 
 def _write(path: Path, value: str, append: bool = False) -> None:
@@ -252,7 +294,7 @@ def cleanup_stale_instances(root: Path | None = None) -> list[str]:
     Returns what was removed. An instance's enabled probe events keep the probe
     busy, so every stale instance goes before the stale probe definitions.
     """
-    root = root or find_tracefs(mount=False)
+    root = root or find_tracefs()
     if root is None or not (root / "instances").is_dir():
         return []
     removed: list[str] = []

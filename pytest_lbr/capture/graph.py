@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from pytest_lbr.capture.base import Capability, CaptureError
 from pytest_lbr.capture.ftrace import (
+    TRACEFS_NOT_MOUNTED,
     EventRecord,
     Frame,
     FunctionRecord,
@@ -107,9 +108,7 @@ def probe_graph() -> Capability:
         return Capability("graph", False, "the graph backend needs root (ftrace); run as root")
     root = find_tracefs()
     if root is None:
-        return Capability(
-            "graph", False, "tracefs is not mounted and cannot be mounted at /sys/kernel/tracing"
-        )
+        return Capability("graph", False, TRACEFS_NOT_MOUNTED)
     if not (root / "instances").is_dir():
         return Capability("graph", False, f"tracefs at {root} has no instances/ (kernel too old)")
     try:
@@ -206,7 +205,7 @@ class GraphRecorder:
         if inst is None:
             root = find_tracefs()
             if root is None:
-                raise CaptureError("tracefs is not mounted and cannot be mounted")
+                raise CaptureError(f"graph backend: {TRACEFS_NOT_MOUNTED}")
             cleanup_stale_instances(root)
             inst = Instance(root, BUFFER_KB)
             try:
@@ -445,26 +444,13 @@ def _program_matcher(
 
 def _jited_ranges(fd: int) -> list[tuple[int, int]]:
     """[start, end) of each JITed function of the program (empty if not JITed)."""
-    from ctypes import c_uint32, c_uint64
-
-    from pytest_lbr.libbpf import BpfError, prog_info
+    from pytest_lbr.kernel.programs import program_details
+    from pytest_lbr.libbpf import BpfError
 
     try:
-        info, _ = prog_info(fd)
-        n = min(info.nr_jited_ksyms, info.nr_jited_func_lens)
-        if not n:
-            return []
-        _, bufs = prog_info(
-            fd,
-            jited_ksyms=("nr_jited_ksyms", n, c_uint64),
-            jited_func_lens=("nr_jited_func_lens", n, c_uint32),
-        )
+        return [(start, start + n) for start, n in program_details(fd).functions]
     except BpfError:
         return []  # the names still identify the program
-    return [
-        (start, start + length)
-        for start, length in zip(bufs["jited_ksyms"][:n], bufs["jited_func_lens"][:n], strict=True)
-    ]
 
 
 def build_hits(

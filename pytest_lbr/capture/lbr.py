@@ -122,8 +122,9 @@ def trim_tracer(
     return list(branches[:end])
 
 
-def _locate(addrs: Iterable[int]) -> dict[int, Location]:
-    """Symbolize every address in one call (the one place that knows the symbolizer)."""
+def _locate(addrs: Iterable[int], vmlinux: str | None = None) -> dict[int, Location]:
+    """Symbolize every address in one call (the one place that knows the symbolizer),
+    with file:line from `vmlinux` (None: auto-discovered)."""
     wanted = sorted(set(addrs))
     try:
         from pytest_lbr import symbols
@@ -132,7 +133,7 @@ def _locate(addrs: Iterable[int]) -> dict[int, Location]:
     get_symbolizer = getattr(symbols, "get_symbolizer", None)
     if get_symbolizer is None:  # symbols/ not written yet: bare addresses
         return {a: Location(a) for a in wanted}
-    return dict(get_symbolizer().locate_many(wanted))
+    return dict(get_symbolizer(vmlinux).locate_many(wanted))
 
 
 # -- probing ------------------------------------------------------------------------
@@ -247,9 +248,12 @@ class LbrCapture:
         *,
         check: bool = True,
         open_events: Callable[[str], Any] | None = None,
+        vmlinux: str | None = None,
     ) -> None:
         self.targets = list(targets)
         self.filter = filter
+        #: The debug vmlinux for file:line (None: auto-discovered).
+        self.vmlinux = vmlinux
         #: check=False skips probe_lbr() and `open_events` replaces the branch
         #: events: lets a guest without a PMU run the whole path on real hooks.
         self._check = check
@@ -285,7 +289,7 @@ class LbrCapture:
         notes = list(hs.notes)
         attached = list(hs.attached)
         self.close()
-        locations = _locate(a for h in raw for e in h.entries for a in e[:2])
+        locations = _locate((a for h in raw for e in h.entries for a in e[:2]), self.vmlinux)
         trace = Trace(
             targets=[t.spec for t in self.targets],
             backend="lbr",

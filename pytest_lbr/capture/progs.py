@@ -16,11 +16,10 @@ import errno
 import os
 import weakref
 from collections.abc import Iterator
-from ctypes import Structure, c_uint8, c_uint32
 from dataclasses import dataclass, field
-from typing import Any
 
-from pytest_lbr.libbpf import BPF_TAG_SIZE, BpfError, lib, prog_info
+from pytest_lbr.kernel.programs import Btf, open_program, program_details, program_ids
+from pytest_lbr.libbpf import BpfError, lib
 from pytest_lbr.targets import Target, TargetError, parse_target
 
 __all__ = ["ProgramInfo", "ProgramRef", "list_programs", "resolve_program"]
@@ -29,14 +28,6 @@ __all__ = ["ProgramInfo", "ProgramRef", "list_programs", "resolve_program"]
 _KERNEL_NAME_MAX = 15
 # How many candidate names an error message lists before "...".
 _LIST_MAX = 12
-
-
-class _bpf_func_info(Structure):  # noqa: N801 -- uapi name
-    _fields_ = [("insn_off", c_uint32), ("type_id", c_uint32)]
-
-
-class _btf_type(Structure):  # noqa: N801 -- uapi name (prefix of struct btf_type)
-    _fields_ = [("name_off", c_uint32), ("info", c_uint32)]
 
 
 @dataclass
@@ -93,54 +84,28 @@ class ProgramRef(ProgramInfo):
         self.close()
 
 
-def _btf_function_names(btf_id: int, func_info: ctypes.Array[_bpf_func_info]) -> tuple[str, ...]:
-    btf = lib.btf__load_from_kernel_by_id(btf_id)
-    if not btf:  # BTF gone or unreadable: names are a nicety, not a requirement
-        return ()
-    try:
-        names = []
-        for rec in func_info:
-            t = lib.btf__type_by_id(btf, rec.type_id)
-            if not t:
-                return ()
-            name = lib.btf__str_by_offset(btf, _btf_type.from_address(t).name_off)
-            names.append(name.decode() if name else "")
-        return tuple(names)
-    finally:
-        lib.btf__free(btf)
-
-
 def _describe(fd: int) -> ProgramInfo:
     """ProgramInfo for a program fd (raises BpfError)."""
-    info, _ = prog_info(fd)
-    n_funcs = info.nr_func_info if info.btf_id else 0
-    n_tags = info.nr_prog_tags
-    arrays: dict[str, tuple[str, int, Any]] = {
-        "prog_tags": ("nr_prog_tags", n_tags, c_uint8 * BPF_TAG_SIZE)
-    }
-    if n_funcs:
-        arrays["func_info"] = ("nr_func_info", n_funcs, _bpf_func_info)
-    info2, bufs = prog_info(fd, **arrays)
-    functions = _btf_function_names(info.btf_id, bufs["func_info"]) if n_funcs else ()
-    tag = bytes(info.tag).hex()
-    name = info.name.decode(errors="replace")
+    d = program_details(fd)
+    with Btf(d.btf_id) as btf:
+        names = [btf.name(t) for t in d.func_types]
+    # BTF gone or unreadable: names are a nicety, not a requirement.
+    functions = tuple(n or "" for n in names) if all(n is not None for n in names) else ()
     # The kernel names a JITed program after its BTF function when it has one,
     # else after its (truncated) name: kernel/bpf/core.c bpf_get_prog_name().
-    main = functions[0] if functions else name
-    ksym = f"bpf_prog_{tag}_{main}" if main else f"bpf_prog_{tag}"
+    main = functions[0] if functions else d.name
+    ksym = f"bpf_prog_{d.tag}_{main}" if main else f"bpf_prog_{d.tag}"
     # Subprograms get their own tag and symbol; the main program's symbol
-    # uses the program's tag (prog_tags[0] is func[0]'s, which kallsyms never shows).
-    tags = [bytes(t).hex() for t in bufs["prog_tags"][: min(info2.nr_prog_tags, n_tags)]]
+    # uses the program's tag (tags[0] is func[0]'s, which kallsyms never shows).
     ksyms: tuple[str, ...] = (ksym,)
-    if len(tags) > 1 and len(tags) == len(functions):
-        ksyms += tuple(f"bpf_prog_{t}_{f}" for t, f in zip(tags[1:], functions[1:], strict=True))
-    type_name = lib.libbpf_bpf_prog_type_str(info.type)
+    if len(d.tags) > 1 and len(d.tags) == len(functions):
+        ksyms += tuple(f"bpf_prog_{t}_{f}" for t, f in zip(d.tags[1:], functions[1:], strict=True))
     return ProgramInfo(
-        id=info.id,
-        name=name,
-        tag=tag,
-        type=type_name.decode() if type_name else str(info.type),
-        type_id=info.type,
+        id=d.id,
+        name=d.name,
+        tag=d.tag,
+        type=d.type,
+        type_id=d.type_id,
         ksym=ksym,
         ksyms=ksyms,
         functions=functions,
@@ -157,10 +122,6 @@ def _ref(fd: int, spec: str) -> ProgramRef:
     return ProgramRef(fd=fd, **{k: getattr(pi, k) for k in ProgramInfo.__dataclass_fields__})
 
 
-def _errno_of(ret: int) -> int:
-    return -ret if ret != -1 else (ctypes.get_errno() or errno.EPERM)
-
-
 def _fd_kind(fd: int) -> str:
     """What an fd is: "anon_inode:bpf-prog" for a program, "anon_inode:bpf-map" ..."""
     try:
@@ -170,40 +131,35 @@ def _fd_kind(fd: int) -> str:
 
 
 def _ids() -> Iterator[int]:
-    cur = c_uint32(0)
-    nxt = c_uint32(0)
-    while True:
-        ret = lib.bpf_prog_get_next_id(cur.value, ctypes.byref(nxt))
-        if ret < 0:
-            err = _errno_of(ret)
-            if err == errno.ENOENT:
-                return
-            raise TargetError(
-                f"listing BPF programs failed: {os.strerror(err)} (it needs root: CAP_SYS_ADMIN)"
-            )
-        cur.value = nxt.value
-        yield nxt.value
+    try:
+        yield from program_ids()
+    except BpfError as exc:
+        raise TargetError(
+            f"listing BPF programs failed: {exc.strerror} (it needs root: CAP_SYS_ADMIN)"
+        ) from None
 
 
 def _open_id(prog_id: int, spec: str) -> int:
-    fd = lib.bpf_prog_get_fd_by_id(prog_id)
-    if fd < 0:
-        err = _errno_of(fd)
-        if err == errno.ENOENT:
+    try:
+        return open_program(prog_id)
+    except BpfError as exc:
+        if exc.errno == errno.ENOENT:
             raise TargetError(
                 f"{spec}: no BPF program with id {prog_id} is loaded (see bpftool prog)"
-            )
-        if err == errno.EPERM:
-            raise TargetError(f"{spec}: opening BPF program {prog_id} needs root (CAP_SYS_ADMIN)")
-        raise TargetError(f"{spec}: cannot open BPF program {prog_id}: {os.strerror(err)}")
-    return fd
+            ) from None
+        if exc.errno == errno.EPERM:
+            raise TargetError(
+                f"{spec}: opening BPF program {prog_id} needs root (CAP_SYS_ADMIN)"
+            ) from None
+        raise TargetError(f"{spec}: cannot open BPF program {prog_id}: {exc.strerror}") from None
 
 
 def _each_program() -> Iterator[tuple[int, ProgramInfo]]:
     """(fd, info) for every loaded program; the caller owns (and closes) each fd."""
     for prog_id in _ids():
-        fd = lib.bpf_prog_get_fd_by_id(prog_id)
-        if fd < 0:  # unloaded since we saw its id
+        try:
+            fd = open_program(prog_id)
+        except BpfError:  # unloaded since we saw its id
             continue
         try:
             pi = _describe(fd)
@@ -274,7 +230,7 @@ def _from_fd(fd: int, spec: str) -> ProgramRef:
 def _from_pin(path: str, spec: str) -> ProgramRef:
     fd = lib.bpf_obj_get(os.fsencode(path))
     if fd < 0:
-        err = _errno_of(fd)
+        err = -fd if fd != -1 else (ctypes.get_errno() or errno.EPERM)
         if err == errno.ENOENT:
             raise TargetError(f"{spec}: nothing is pinned at {path} (is bpffs mounted there?)")
         raise TargetError(f"{spec}: cannot open pinned object {path}: {os.strerror(err)}")

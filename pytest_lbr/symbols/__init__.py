@@ -1,9 +1,10 @@
 """Addresses -> `symbol+0xoff (file:line)` with inlined frames, for kernel and BPF code.
 
-`get_symbolizer()` gives the process-wide `Symbolizer`: kernel symbols from
-/proc/kallsyms, BPF programs from their own line info, and kernel file:line from
-a debug vmlinux whose build-id matches the running kernel (else no lines, and
-`vmlinux_status` says why).
+`get_symbolizer(vmlinux)` gives the process-wide `Symbolizer` of a debug vmlinux
+path (auto-discovered without one): kernel symbols from /proc/kallsyms, BPF
+programs from their own line info, and kernel file:line from a debug vmlinux
+whose build-id matches the running kernel (else no lines, and `vmlinux_status`
+says why).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .dwarf import Frame
 from .kallsyms import KernelSymbols, Symbol
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 
-__all__ = ["Symbolizer", "flush_symbolizers", "frames_to_location", "get_symbolizer", "use_vmlinux"]
+__all__ = ["Symbolizer", "flush_symbolizers", "frames_to_location", "get_symbolizer"]
 
 
 def frames_to_location(
@@ -147,23 +148,13 @@ _symbolizers: dict[str | None, Symbolizer] = {}
 _symbolizers_lock = threading.Lock()
 
 
-_default_vmlinux: str | None = None
-
-
-def use_vmlinux(path: str | None) -> None:
-    """Make `path` the debug vmlinux of `get_symbolizer()` calls that name none
-    (the pytest plugin's --lbr-vmlinux); None goes back to auto-discovery."""
-    global _default_vmlinux
-    _default_vmlinux = path
-
-
 def get_symbolizer(vmlinux: str | None = None) -> Symbolizer:
-    """The process-wide Symbolizer (one per explicit vmlinux path), created on first use.
+    """The process-wide Symbolizer of `vmlinux` (one per path), created on first use.
 
-    Without a path: the one set by `use_vmlinux`, else auto-discovery.
+    Without a path, the debug vmlinux is auto-discovered (`find_vmlinux`). A caller
+    with its own path (the pytest session's --lbr-vmlinux) passes it every time:
+    there is no process-wide default to set.
     """
-    if vmlinux is None:
-        vmlinux = _default_vmlinux
     with _symbolizers_lock:
         sym = _symbolizers.get(vmlinux)
         if sym is None:

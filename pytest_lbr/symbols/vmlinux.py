@@ -14,7 +14,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 import weakref
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from random import Random
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from ..progress import progress
 from .cache import FrameCache, FrameTable, cache_dir, gc_paused
 from .dwarf import DwarfError, DwarfLines, Frame, kernel_relative
 
@@ -34,7 +34,7 @@ __all__ = [
     "VmlinuxMismatch",
     "candidate_paths",
     "elf_build_id",
-    "fetch_debian_dbg",
+    "fetched_path",
     "find_vmlinux",
     "running_build_id",
     "sample_text_addresses",
@@ -132,8 +132,15 @@ def candidate_paths(release: str | None = None) -> list[str]:
         f"/usr/lib/modules/{r}/kernel/vmlinux",
         f"/usr/lib/debug/boot/vmlinux-{r}",
         f"/usr/lib/debug/lib/modules/{r}/vmlinux",
-        str(cache_dir() / "dbg" / "usr" / "lib" / "debug" / "boot" / f"vmlinux-{r}"),
+        str(fetched_path(r)),
     ]
+
+
+def fetched_path(release: str, base: Path | None = None) -> Path:
+    """Where `pytest-lbr fetch-vmlinux` puts the debug vmlinux of `release`: the
+    package's own path under `base` (default: the cache's dbg/), searched last."""
+    base = base or cache_dir() / "dbg"
+    return base / "usr" / "lib" / "debug" / "boot" / f"vmlinux-{release}"
 
 
 def check_matches_running(path: str, notes_path: str = "/sys/kernel/notes") -> str:
@@ -342,20 +349,18 @@ class VmlinuxLines:
             now = time.monotonic()
             if now - last > 2.0:
                 last = now
-                print(
-                    f"pytest-lbr: reading DWARF of {os.path.basename(self.path)}: "
-                    f"{n + 1}/{len(addrs)} addresses, {now - t0:.0f} s",
-                    file=sys.stderr,
+                progress(
+                    f"reading DWARF of {os.path.basename(self.path)}: "
+                    f"{n + 1}/{len(addrs)} addresses, {now - t0:.0f} s"
                 )
         return out
 
     def _llvm_lookup(self, addrs: list[int]) -> dict[int, tuple[Frame, ...]]:
         assert self._llvm is not None
         if len(addrs) > 20000:
-            print(
-                f"pytest-lbr: symbolizing {len(addrs)} addresses of "
-                f"{os.path.basename(self.path)} with llvm-symbolizer",
-                file=sys.stderr,
+            progress(
+                f"symbolizing {len(addrs)} addresses of "
+                f"{os.path.basename(self.path)} with llvm-symbolizer"
             )
         # Sorted addresses split into contiguous chunks touch mostly disjoint
         # compile units, so one llvm-symbolizer per CPU divides the work.
@@ -456,43 +461,3 @@ def sample_text_addresses(
         i = rnd.choice(pool)
         out.append(starts[i] + rnd.randrange(sizes[i]))
     return out
-
-
-def fetch_debian_dbg(release: str, directory: Path | None = None) -> str:
-    """The Debian debug vmlinux of `release` (e.g. "6.1.0-56-amd64"), downloaded once.
-
-    `apt-get download linux-image-RELEASE-dbg` into the cache and extract only
-    ./usr/lib/debug/boot/vmlinux-RELEASE. Raises VmlinuxError saying why if apt
-    cannot fetch it.
-    """
-    base = directory or cache_dir() / "dbg"
-    target = base / "usr" / "lib" / "debug" / "boot" / f"vmlinux-{release}"
-    if target.exists():
-        return str(target)
-    base.mkdir(parents=True, exist_ok=True)
-    pkg = f"linux-image-{release}-dbg"
-    print(f"pytest-lbr: downloading {pkg} (~900 MB) into {base}", file=sys.stderr)
-    res = subprocess.run(["apt-get", "download", pkg], cwd=base, capture_output=True, text=True)
-    debs = sorted(base.glob(f"{pkg}_*.deb"))
-    if res.returncode != 0 or not debs:
-        msg = (res.stderr.strip().splitlines() or ["no .deb"])[-1]
-        raise VmlinuxError(f"apt-get download {pkg} failed: {msg}")
-    print(f"pytest-lbr: extracting vmlinux-{release} from {debs[-1].name}", file=sys.stderr)
-    tmp = base / f".extract-{os.getpid()}"
-    tmp.mkdir(exist_ok=True)
-    try:
-        cmd = (
-            f"dpkg-deb --fsys-tarfile '{debs[-1]}' | "
-            f"tar -x -C '{tmp}' './usr/lib/debug/boot/vmlinux-{release}'"
-        )
-        res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
-        got = tmp / "usr" / "lib" / "debug" / "boot" / f"vmlinux-{release}"
-        if res.returncode != 0 or not got.exists():
-            raise VmlinuxError(f"cannot extract vmlinux from {debs[-1]}: {res.stderr.strip()}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(got, target)  # atomic: a concurrent reader never sees half a file
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    for deb in debs:
-        deb.unlink()
-    return str(target)

@@ -1,0 +1,94 @@
+"""`pytest-lbr fetch-vmlinux`: Debian's debug vmlinux of a kernel, downloaded into the cache.
+
+Set-up, not library code: it runs apt-get, so only the command (and tests that
+need a real debug vmlinux) call it; the symbolizer just finds what it left
+(`pytest_lbr.symbols.vmlinux.candidate_paths` looks in the cache last).
+Of the ~900 MB package only ./usr/lib/debug/boot/vmlinux-RELEASE is kept,
+read from the tar stream of `dpkg-deb --fsys-tarfile` (no shell, no tar).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from pytest_lbr.progress import progress
+from pytest_lbr.symbols.cache import cache_dir
+from pytest_lbr.symbols.vmlinux import VmlinuxError, fetched_path
+
+__all__ = ["extract_vmlinux", "fetch_debian_dbg"]
+
+
+def fetch_debian_dbg(release: str, directory: Path | None = None) -> str:
+    """The Debian debug vmlinux of `release` (e.g. "6.1.0-56-amd64"), downloaded once.
+
+    `apt-get download linux-image-RELEASE-dbg` into `directory` (default: the
+    cache's dbg/), keep only the vmlinux, delete the package. Raises
+    VmlinuxError saying why if apt cannot fetch it (OSError without apt-get).
+    """
+    base = directory or cache_dir() / "dbg"
+    target = fetched_path(release, base)
+    if target.exists():
+        return str(target)
+    base.mkdir(parents=True, exist_ok=True)
+    pkg = f"linux-image-{release}-dbg"
+    progress(f"downloading {pkg} (~900 MB) into {base}")
+    res = subprocess.run(["apt-get", "download", pkg], cwd=base, capture_output=True, text=True)
+    debs = sorted(base.glob(f"{pkg}_*.deb"))
+    if res.returncode != 0 or not debs:
+        msg = (res.stderr.strip().splitlines() or ["no .deb"])[-1]
+        raise VmlinuxError(f"apt-get download {pkg} failed: {msg}")
+    progress(f"extracting vmlinux-{release} from {debs[-1].name}")
+    extract_vmlinux(debs[-1], release, target)
+    for deb in debs:
+        deb.unlink()
+    return str(target)
+
+
+def extract_vmlinux(deb: Path, release: str, target: Path) -> None:
+    """Copy ./usr/lib/debug/boot/vmlinux-RELEASE out of the package `deb` to `target`.
+
+    Atomic: a concurrent reader (another session's symbolizer) never sees half
+    a file. Raises VmlinuxError naming the package when it has no such file or
+    dpkg-deb cannot read it.
+    """
+    member = f"usr/lib/debug/boot/vmlinux-{release}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    problem = ""
+    found = False
+    with tempfile.TemporaryFile() as errors:
+        # stderr in a file, not a pipe: nobody reads it while the tar streams.
+        reader = subprocess.Popen(
+            ["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE, stderr=errors
+        )
+        assert reader.stdout is not None
+        try:
+            with tarfile.open(fileobj=reader.stdout, mode="r|") as tar:
+                for info in tar:
+                    if info.isfile() and info.name.removeprefix("./") == member:
+                        source = tar.extractfile(info)
+                        assert source is not None  # a regular file has contents
+                        with open(partial, "wb") as out:
+                            shutil.copyfileobj(source, out, 1 << 20)
+                        found = True
+                        break  # the rest of the package is not needed
+        except tarfile.TarError as exc:  # a damaged package; a full disk stays an OSError
+            problem = str(exc)
+        finally:
+            reader.stdout.close()  # dpkg-deb, cut short, stops on EPIPE
+            status = reader.wait()
+        errors.seek(0)
+        said = errors.read().decode(errors="replace").strip()
+    try:
+        if not found:
+            if status != 0 or problem:
+                raise VmlinuxError(f"cannot read {deb}: {said or problem or f'exit {status}'}")
+            raise VmlinuxError(f"{deb} has no ./{member}")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
