@@ -7,6 +7,7 @@ tests/test_guest_mode.py.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shlex
@@ -61,6 +62,69 @@ def test_dry_run_prints_one_command_per_kernel_and_creates_nothing(tmp_path: Pat
         assert f"cd {tmp_path} && " in line
         assert "pytest_lbr.vm guest" in line and line.endswith("-- -k x'")
     assert list(tmp_path.iterdir()) == []  # --dry-run wrote nothing
+
+
+def test_tcg_guests_get_two_vcpus_on_one_tcg_thread(tmp_path: Path) -> None:
+    _kernel_or_skip("6.12")
+    for extra, cpus in (((), "2"), (("--cpus", "1"), "1"), (("--cpus", "4"), "4")):
+        out = _run("--kernel", "6.12", "--tcg", "--dry-run", *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        cmd = shlex.split(out.stdout)
+        assert cmd[cmd.index("--cpus") + 1] == cpus
+        # Round-robin TCG (two MTTCG vCPUs oopsed ftrace), as one word: vng's argparse
+        # takes a separate value starting with "-" for an option and fails.
+        assert "--qemu-opts=-accel tcg,thread=single" in cmd
+
+
+def _plan(kvm: bool, label: str, cpus: int | None = None) -> vm.VmPlan:
+    return vm.build_command(
+        Path("/boot/vmlinuz-x"),
+        Path("/r") / label,
+        [],
+        label=label,
+        kvm=kvm,
+        cpus=cpus,
+        vng=Path("/bin/vng"),
+    )
+
+
+def test_kvm_guests_get_two_vcpus_and_lbr_passthrough_as_one_word(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: ([], "host CPU is not Intel"))
+    plan = _plan(True, "6.12")
+    assert plan.command[plan.command.index("--cpus") + 1] == "2"
+    assert not [a for a in plan.command if a.startswith("--qemu-opts")]
+    assert "--disable-kvm" not in plan.command and plan.host_cpus == 2
+    lbr = (["-cpu", "host,pmu=on,lbr-fmt=0x5"], "LBR passthrough lbr-fmt=0x5")
+    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: lbr)
+    assert "--qemu-opts=-cpu host,pmu=on,lbr-fmt=0x5" in _plan(True, "6.12").command
+
+
+@pytest.mark.parametrize(
+    ("kvm", "cpus", "jobs"), [(False, None, 2), (False, 4, 2), (True, None, 1)]
+)
+def test_guests_at_once_count_host_threads_not_vcpus(
+    monkeypatch: pytest.MonkeyPatch, kvm: bool, cpus: int | None, jobs: int
+) -> None:
+    """On 2 cores: TCG guests (one TCG thread each, whatever their vCPUs) side by side,
+    KVM guests of two vCPUs one at a time."""
+    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: ([], "no LBR"))
+    monkeypatch.setattr(
+        vm, "_plans", lambda args, _: [_plan(kvm, k, cpus) for k in ("6.1", "6.12")]
+    )
+    monkeypatch.setattr(vm, "_run_one", lambda p, args, _: vm.GuestResult(p.label, 0, p.results))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    workers: list[int] = []
+    real = vm.concurrent.futures.ThreadPoolExecutor
+
+    def pool(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
+        workers.append(max_workers)
+        return real(max_workers=max_workers)
+
+    monkeypatch.setattr(vm.concurrent.futures, "ThreadPoolExecutor", pool)
+    assert vm.main(["--kernel", "6.1", "--kernel", "6.12"]) == 0
+    assert workers == [jobs]
 
 
 def test_exec_runs_a_command_instead_of_pytest(tmp_path: Path) -> None:

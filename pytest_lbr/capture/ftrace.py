@@ -255,10 +255,11 @@ class Instance:
 
 def _remove_instance(path: Path, events: Iterable[str]) -> None:
     # Undo in the reverse order of setting up, one kernel change at a time, so
-    # rmdir only frees memory and a failing step is attributable. (Under QEMU TCG
-    # with 2 vCPUs the 6.12 guest has died with an int3 Oops at a function's
-    # ftrace site, e.g. dequeue_entity+0x1, while the function tracer's ~45,000
-    # sites were being patched: this order does not prevent that.)
+    # rmdir only frees memory and a failing step is attributable. (Under QEMU's
+    # multi-threaded TCG with 2 vCPUs the 6.12 guest has died with an int3 Oops at
+    # a function's ftrace site, e.g. dequeue_entity+0x1, while the function
+    # tracer's ~45,000 sites were being patched: this order does not prevent
+    # that; single-threaded TCG, what `pytest-lbr vm` uses, does.)
     for event in events:
         try:
             _write(path / "events" / event / "enable", "0")
