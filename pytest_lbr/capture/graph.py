@@ -396,8 +396,13 @@ class GraphCapture:
         try:
             hooks.attach()
         except (CaptureError, OSError) as exc:
+            # The hook set's message is written for the lbr backend ("... use
+            # --lbr-backend=graph"): keep only what the kernel refused.
+            why = str(exc).split(": the lbr backend", 1)[0].split("; ", 1)[0]
             for i in programs:
-                self._notes.append(f"{self.targets[i].spec}: no return values (fexit: {exc})")
+                spec = self.targets[i].spec
+                why = why.removeprefix(f"{spec}: ")
+                self._notes.append(f"{spec}: no return values: fexit cannot attach ({why})")
             return
         self._exits, self._exit_targets = hooks, programs
 

@@ -111,6 +111,10 @@ def test_graph_backend_traces_the_program_without_btf(btfless_prog: int) -> None
     assert all(h.tid == os.getpid() for h in trace.hits), str(trace)
     # Each run called the helper's implementation (kernel/bpf/core.c).
     assert all(Trace(hits=[h]).called("bpf_user_rnd_u32") for h in trace.hits), str(trace)
+    # fexit needs the program's BTF: no return values, and the trace says why.
+    assert all(h.retval is None for h in trace.hits), str(trace)
+    note = f"prog:{btfless_prog}: no return values: fexit cannot attach (the program has no BTF"
+    assert any(n.startswith(note) for n in trace.notes), trace.notes
 
 
 def test_tracing_program_is_traced_or_refused_in_one_line() -> None:
