@@ -20,7 +20,10 @@ PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
 
 TRACEFS = Path("/sys/kernel/tracing")
 HIT = re.compile(r"Hit at (\S+): cpu=\d+ pid=\d+ tid=\d+( retval=-?\d+)? branches=(\d+)")
-BRANCH = re.compile(r"(\[#\d+\] )?\S+ (\(\S+:\d+\) )?-> \S+( \(\S+:\d+\))?")
+#: A branch line; "(unseen caller)" stands for a caller the function tracer never
+#: recorded (the graph backend, docs/guide.md).
+_END = r"(?:\S+|\(unseen caller\))"
+BRANCH = re.compile(rf"(\[#\d+\] )?{_END} (\(\S+:\d+\) )?-> {_END}( \(\S+:\d+\))?")
 
 
 def cli(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
