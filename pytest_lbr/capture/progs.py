@@ -11,7 +11,6 @@ Every failure is a `TargetError` whose message is one actionable line.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import weakref
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pytest_lbr.kernel.programs import Btf, open_program, program_details, program_ids
-from pytest_lbr.libbpf import BpfError, lib
+from pytest_lbr.libbpf import BpfError, check_int, lib
 from pytest_lbr.targets import Target, TargetError, parse_target
 
 __all__ = ["ProgramInfo", "ProgramRef", "list_programs", "resolve_program"]
@@ -228,12 +227,15 @@ def _from_fd(fd: int, spec: str) -> ProgramRef:
 
 
 def _from_pin(path: str, spec: str) -> ProgramRef:
-    fd = lib.bpf_obj_get(os.fsencode(path))
-    if fd < 0:
-        err = -fd if fd != -1 else (ctypes.get_errno() or errno.EPERM)
+    try:
+        fd = check_int(lib.bpf_obj_get(os.fsencode(path)), f"bpf_obj_get({path})")
+    except BpfError as exc:
+        err = exc.errno or errno.EPERM
         if err == errno.ENOENT:
-            raise TargetError(f"{spec}: nothing is pinned at {path} (is bpffs mounted there?)")
-        raise TargetError(f"{spec}: cannot open pinned object {path}: {os.strerror(err)}")
+            raise TargetError(
+                f"{spec}: nothing is pinned at {path} (is bpffs mounted there?)"
+            ) from None
+        raise TargetError(f"{spec}: cannot open pinned object {path}: {os.strerror(err)}") from None
     kind = _fd_kind(fd)
     if kind != "anon_inode:bpf-prog":
         os.close(fd)

@@ -22,6 +22,7 @@ from pytest_lbr.libbpf import (
     bpf_func_info,
     bpf_line_info,
     btf_type,
+    check_int,
     lib,
     prog_info,
 )
@@ -29,32 +30,26 @@ from pytest_lbr.libbpf import (
 __all__ = ["Btf", "ProgramDetails", "open_program", "program_details", "program_ids"]
 
 
-def _errno_of(ret: int) -> int:
-    # libbpf returns -errno (or -1 with errno set, in libbpf's legacy mode).
-    return -ret if ret != -1 else (ctypes.get_errno() or errno.EPERM)
-
-
 def program_ids() -> Iterator[int]:
     """The id of every loaded BPF program, increasing; raises BpfError (EPERM without root)."""
     cur = c_uint32(0)
     nxt = c_uint32(0)
     while True:
-        ret = lib.bpf_prog_get_next_id(cur.value, ctypes.byref(nxt))
-        if ret < 0:
-            err = _errno_of(ret)
-            if err == errno.ENOENT:
+        try:
+            check_int(
+                lib.bpf_prog_get_next_id(cur.value, ctypes.byref(nxt)), "bpf_prog_get_next_id"
+            )
+        except BpfError as exc:
+            if exc.errno == errno.ENOENT:  # past the last id
                 return
-            raise BpfError(err, "bpf_prog_get_next_id")
+            raise
         cur.value = nxt.value
         yield nxt.value
 
 
 def open_program(prog_id: int) -> int:
     """An fd of program `prog_id` (the caller closes it); raises BpfError (ENOENT: unloaded)."""
-    fd = lib.bpf_prog_get_fd_by_id(prog_id)
-    if fd < 0:
-        raise BpfError(_errno_of(fd), f"bpf_prog_get_fd_by_id({prog_id})")
-    return int(fd)
+    return check_int(lib.bpf_prog_get_fd_by_id(prog_id), f"bpf_prog_get_fd_by_id({prog_id})")
 
 
 @dataclass
