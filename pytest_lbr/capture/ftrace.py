@@ -170,6 +170,10 @@ class Instance:
             ) from None
         self.write("tracing_on", "0")
         self.write("buffer_size_kb", str(buffer_kb))
+        # Kept open: opening tracing_on while armed walks the path, and the
+        # function tracer records that walk as the traced thread's work. An open
+        # file holds the instance (rmdir gives EBUSY), so `close()` closes it first.
+        self._on: int | None = os.open(self.path / "tracing_on", os.O_WRONLY)
 
     def write(self, name: str, value: str) -> None:
         """Write `value` to the instance's file `name`."""
@@ -201,14 +205,36 @@ class Instance:
 
     def arm(self) -> None:
         """Start recording (tracing_on=1)."""
-        self.write("tracing_on", "1")
+        self._switch(b"1")
 
     def disarm(self) -> None:
         """Stop recording (tracing_on=0); idempotent."""
         try:
-            self.write("tracing_on", "0")
+            self._switch(b"0")
         except TracefsError:
             pass
+
+    def _switch(self, value: bytes) -> None:
+        if self._on is None:
+            raise TracefsError(errno.EBADF, f"{self.path}: instance already closed")
+        try:
+            os.write(self._on, value)
+        except OSError as exc:
+            raise TracefsError(
+                exc.errno, f"writing {value.decode()!r} to {self.path}/tracing_on: {exc.strerror}"
+            ) from None
+
+    def skip_functions(self, names: Iterable[str]) -> list[str]:
+        """Never record these functions here (`set_ftrace_notrace`); returns
+        the names the kernel took (one it cannot trace is left out)."""
+        taken = []
+        for name in names:
+            try:
+                _write(self.path / "set_ftrace_notrace", name, append=True)
+            except TracefsError:
+                continue
+            taken.append(name)
+        return taken
 
     def clear(self) -> None:
         """Empty the ring buffer (and its overrun counters): truncating `trace` does that."""
@@ -246,9 +272,15 @@ class Instance:
 
     def close(self) -> None:
         """Disarm, disable and delete everything this instance added; idempotent."""
+        on, self._on = self._on, None
+        if on is not None:
+            try:
+                os.write(on, b"0")
+            except OSError:
+                pass
+            os.close(on)
         if not self.path.exists():
             return
-        self.disarm()
         self.release()
         _remove_instance(self.path, ())
 
