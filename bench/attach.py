@@ -59,11 +59,11 @@ def ours(glob: str, runs: int) -> dict[str, Any]:
     session pays it once. Also times the parts of arming that are not the
     kernel's: glob expansion and the per-CPU perf events.
     """
-    from pytest_lbr.capture import ftrace
-    from pytest_lbr.capture.functions import expand_glob
     from pytest_lbr.capture.hooks import HookSet
     from pytest_lbr.capture.lbr import LbrCapture
-    from pytest_lbr.capture.perf import software_branch_events
+    from pytest_lbr.kernel import functions as kernel_functions
+    from pytest_lbr.kernel.functions import expand_glob
+    from pytest_lbr.kernel.perf import software_branch_events
     from pytest_lbr.targets import parse_target
 
     globs = glob.split(",")
@@ -97,7 +97,7 @@ def ours(glob: str, runs: int) -> dict[str, Any]:
             continue
         arm.append(t1 - t0)
         disarm.append(t3 - t2)
-        ftrace._FILTER_FUNCTIONS.clear()  # time the read too: what a session's first arm pays
+        kernel_functions._FILTER_FUNCTIONS.clear()  # time the read too: what a session's first arm pays
         t0 = time.perf_counter()
         for g in globs:
             expand_glob(g)
@@ -154,7 +154,7 @@ def bpftrace_kfunc_program(glob: str, tries: int = 6) -> tuple[str, list[str]]:
     anything, so timing the glob as such would time a failure. Then the same
     functions are listed one by one, minus those bpftrace cannot load.
     """
-    from pytest_lbr.capture.functions import expand_glob
+    from pytest_lbr.kernel.functions import expand_glob
 
     program = ",".join(f"kfunc:{g}" for g in glob.split(",")) + " {}"
     _, _, err = bpftrace_run(program)

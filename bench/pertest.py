@@ -55,7 +55,7 @@ XDP_PASS = 2
 def lbr_trace(prog: Any) -> Iterator[Any]:
     """`Tracer.trace(prog)` on the LBR backend, with software perf events (no PMU here)."""
     from pytest_lbr.capture.lbr import LbrCapture
-    from pytest_lbr.capture.perf import software_branch_events
+    from pytest_lbr.kernel.perf import software_branch_events
     from pytest_lbr.model import Trace
     from pytest_lbr.targets import parse_targets
 

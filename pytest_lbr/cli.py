@@ -302,7 +302,7 @@ def _kprobe_multi() -> DoctorCheck:
 
 
 def _pmu() -> DoctorCheck:
-    from pytest_lbr.capture import perf
+    from pytest_lbr.kernel import perf
 
     attr = perf.perf_event_attr()
     attr.size = perf.ctypes.sizeof(attr)
@@ -342,7 +342,7 @@ def _lbr() -> DoctorCheck:
 
 def _graph() -> DoctorCheck:
     from pytest_lbr.capture import probe
-    from pytest_lbr.capture.ftrace import TRACEFS_MOUNT_COMMAND, find_tracefs
+    from pytest_lbr.kernel.tracefs import TRACEFS_MOUNT_COMMAND, find_tracefs
 
     cap = probe("graph")
     if cap.available:
@@ -359,7 +359,7 @@ def _graph() -> DoctorCheck:
 
 def mount_check() -> DoctorCheck:
     """`doctor --mount`: mount tracefs where it is not (the one command that mounts)."""
-    from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
+    from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
 
     if find_tracefs() == Path(TRACEFS_MOUNTS[0]):
         return DoctorCheck("mount tracefs", True, f"already mounted at {TRACEFS_MOUNTS[0]}")

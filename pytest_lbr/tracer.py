@@ -6,21 +6,26 @@
     assert trace.called("write_null")
 
 This is the one place that runs the pipeline: capture (raw hits from a
-backend) -> symbols (file:line for every address) -> the finished `Trace`.
+backend) -> symbols (names and file:line for every address) -> the LBR
+tracer's own branches trimmed -> the finished `Trace`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from pytest_lbr.capture import BACKENDS, FILTERS, SCOPES, Backend, CaptureError, resolve_backend
+from pytest_lbr.capture.lbr import LbrCapture
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.noise import TRACER_SYMBOLS
 from pytest_lbr.targets import parse_targets
 
-__all__ = ["Tracer", "TracingUnavailable"]
+__all__ = ["Tracer", "TracingUnavailable", "add_source_lines", "trim_tracer", "trim_tracer_hits"]
 
 
 class TracingUnavailable(CaptureError):
@@ -104,7 +109,7 @@ class Tracer:
         chosen_filter = filter or self._filter
         if chosen_filter and cap.backend != "lbr":
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
-        capture = chosen.open(parsed, filter=chosen_filter, scope=scope, vmlinux=self._vmlinux)
+        capture = chosen.open(parsed, filter=chosen_filter, scope=scope)
         trace = Trace(targets=[t.spec for t in parsed], backend=cap.backend)
         self.traces.append(trace)
         try:
@@ -113,8 +118,9 @@ class Tracer:
             done = capture.stop()
         finally:
             capture.close()
-        if cap.backend == "graph":
-            add_source_lines(done.hits, self._vmlinux)
+        add_source_lines(done.hits, self._vmlinux)
+        if isinstance(capture, LbrCapture):
+            trim_tracer_hits(done.hits, capture.traced)
         trace.__dict__.update(done.__dict__)
         trace.targets = [t.spec for t in parsed]
 
@@ -159,8 +165,8 @@ def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
     """Give each branch end the symbolizer's name and file:line where it knows the address
     (`vmlinux`: the debug vmlinux to read lines from; None: auto-discovered).
 
-    The graph backend names functions from ftrace's text; the LBR backend
-    symbolizes its raw addresses as it decodes them.
+    The graph backend names functions from ftrace's text, kept where the
+    symbolizer knows no better; the LBR backend gives bare addresses.
     """
     addrs = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst)}
     if not addrs:
@@ -175,9 +181,52 @@ def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
             return loc
         return new
 
+    def named(b: Branch) -> Branch:
+        return dataclasses.replace(b, src=better(b.src), dst=better(b.dst))
+
     for h in hits:
-        h.branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.branches]
-        h.raw_branches = [Branch(better(b.src), better(b.dst), b.kind) for b in h.raw_branches]
+        h.branches = [named(b) for b in h.branches]
+        h.raw_branches = [named(b) for b in h.raw_branches]
+
+
+def trim_tracer(
+    branches: Sequence[Branch],
+    traced: Callable[[Location], bool] | None = None,
+    tracer: Sequence[str] = TRACER_SYMBOLS,
+) -> list[Branch]:
+    """Drop the LBR tracer's own newest records from `branches` (oldest first, symbolized).
+
+    With `traced` (is this location in the traced function?), keep everything
+    up to the newest branch touching it, as retsnoop does. Without it, or when
+    no branch touches it, drop the newest run of branches into or out of the
+    tracer's code (`tracer` symbol globs).
+    """
+    if traced is not None:
+        for i in range(len(branches) - 1, -1, -1):
+            if traced(branches[i].src) or traced(branches[i].dst):
+                return list(branches[: i + 1])
+    end = len(branches)
+    while end and (
+        _matches(branches[end - 1].src, tracer) or _matches(branches[end - 1].dst, tracer)
+    ):
+        end -= 1
+    return list(branches[:end])
+
+
+def _matches(loc: Location, patterns: Iterable[str]) -> bool:
+    return loc.symbol is not None and any(fnmatch.fnmatchcase(loc.symbol, p) for p in patterns)
+
+
+def trim_tracer_hits(hits: list[Hit], traced: dict[str, str]) -> None:
+    """Set each LBR hit's `branches` to its symbolized `raw_branches` without the tracer's
+    own; `traced`: a hit's target -> the symbol of the function its hook traced."""
+    for h in hits:
+        symbol = traced.get(h.target)
+        h.branches = trim_tracer(h.raw_branches, _in_function(symbol) if symbol else None)
+
+
+def _in_function(symbol: str) -> Callable[[Location], bool]:
+    return lambda loc: loc.symbol == symbol
 
 
 def check_filter(filter: str | None) -> None:

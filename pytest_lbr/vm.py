@@ -482,7 +482,7 @@ def guest_main(
     results: Path, args: list[str], *, execute: str | None = None, strict: bool = True
 ) -> int:
     """Inside the VM: mount, run pytest (or the command), save dmesg, write the status file."""
-    from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
+    from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
 
     (results / STARTED).write_text(f"{platform.release()}\n")
     _mount("bpf", "/sys/fs/bpf")

@@ -8,20 +8,17 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.ftrace import TRACEFS_MOUNTS, find_tracefs
 from pytest_lbr.cli import doctor_checks, main
 from pytest_lbr.fetch_vmlinux import extract_vmlinux
 from pytest_lbr.golden import serialize
+from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, find_tracefs
 from pytest_lbr.model import Trace
 from pytest_lbr.symbols.vmlinux import VmlinuxError
-
-#: The installed console script (not `python -m`, which would import the checkout).
-PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+from tests.commands import PYTEST_LBR
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture import ftrace
-from pytest_lbr.capture.ftrace import EventRecord, FunctionRecord, parse_trace, reconstruct
 from pytest_lbr.capture.graph import build_hits, descendants, probe_graph
+from pytest_lbr.capture.graph_calls import BPF_SYMBOL_RE, reconstruct
+from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
+from pytest_lbr.kernel import tracefs
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
 from pytest_lbr.report import Node, call_tree
 from pytest_lbr.targets import parse_target
@@ -38,7 +39,7 @@ def _prog_ksyms(records: list[FunctionRecord | EventRecord]) -> set[str]:
     names = {
         r.parent
         for r in records
-        if isinstance(r, FunctionRecord) and r.parent and ftrace.BPF_SYMBOL_RE.match(r.parent)
+        if isinstance(r, FunctionRecord) and r.parent and BPF_SYMBOL_RE.match(r.parent)
     }
     assert names, "no BPF program in the data"
     return names
@@ -88,7 +89,7 @@ def _assert_program_scope(hit: Hit) -> None:
     for b in hit.branches:
         src, dst = b.src.symbol or "", b.dst.symbol or ""
         if b.kind == "call":
-            if ftrace.BPF_SYMBOL_RE.match(src):
+            if BPF_SYMBOL_RE.match(src):
                 assert not open_frames, f"{b}: the program's previous call is still open"
             else:
                 assert open_frames and open_frames[-1].dst.symbol == src, f"{b}: caller not open"
@@ -185,16 +186,16 @@ def test_probe_reason_on_this_machine() -> None:
 def test_cleanup_removes_dead_process_instances() -> None:
     if os.geteuid() != 0:
         pytest.skip("creating tracefs instances needs root")
-    root = ftrace.find_tracefs()
+    root = tracefs.find_tracefs()
     if root is None or not (root / "instances").is_dir():
         pytest.skip("no tracefs with instances here")
     dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     pid = int(dead.stdout)
-    stale = root / "instances" / f"{ftrace.INSTANCE_PREFIX}-{pid}-1"
-    mine = ftrace.Instance(root, buffer_kb=4)
+    stale = root / "instances" / f"{tracefs.INSTANCE_PREFIX}-{pid}-1"
+    mine = tracefs.Instance(root, buffer_kb=4)
     try:
         os.mkdir(stale)
-        removed = ftrace.cleanup_stale_instances(root)
+        removed = tracefs.cleanup_stale_instances(root)
         assert stale.name in removed and not stale.exists()
         assert mine.path.exists(), "a live process's instance must survive"
     finally:
@@ -231,7 +232,7 @@ def test_glob_matching_over_the_whole_file_agrees_with_fnmatch() -> None:
     on this machine's real kernel function names (kallsyms) in the file's format."""
     import fnmatch
 
-    from pytest_lbr.capture.ftrace import matching_functions
+    from pytest_lbr.kernel.functions import matching_functions
 
     names = []
     with open("/proc/kallsyms") as f:

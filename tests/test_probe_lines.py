@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture import perf, tracer_object
+from pytest_lbr.capture import tracer_object
 from pytest_lbr.capture.lbr import branch_events_problem
+from pytest_lbr.kernel import perf
 from pytest_lbr.libbpf import MIN_LIBBPF, libbpf_version, libbpf_version_problem
 
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
-#: The installed console script (not `python -m`, which would import the checkout).
-PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+from tests.commands import PYTEST_LBR
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -27,9 +27,7 @@ from pytest_lbr.vm import (
     resolve_kernel,
     worst_status,
 )
-
-#: The installed console script (not `python -m`, which would import the checkout).
-PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+from tests.commands import PYTEST_LBR
 
 VM = [PYTEST_LBR, "vm"]
 
@@ -289,9 +287,7 @@ def test_busy_results_dir_is_not_shared(tmp_path: Path) -> None:
 
 
 def test_cli_lists_vm(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "pytest-lbr"), "--help"], capture_output=True, text=True
-    )
+    out = subprocess.run([PYTEST_LBR, "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "vm" in out.stdout
     help_ = _run("--help", cwd=tmp_path)
     assert help_.returncode == 0 and "--kernel K" in help_.stdout and "--shard I/N" in help_.stdout

@@ -88,10 +88,8 @@ class Backend:
         *,
         filter: str | None = None,
         scope: str = "process",
-        vmlinux: str | None = None,
     ) -> Capture:
-        """A not-yet-armed capture of `targets` (`scope`: one of `SCOPES`; `vmlinux`:
-        the debug vmlinux a backend that symbolizes itself reads lines from)."""
+        """A not-yet-armed capture of `targets` (`scope`: one of `SCOPES`)."""
         if not self.capability.available:
             raise CaptureError(f"{self.name} backend unavailable: {self.capability.reason}")
         if self.name == "graph":
@@ -100,7 +98,7 @@ class Backend:
             if self._recorder is None:
                 self._recorder = GraphRecorder()
             return GraphCapture(targets, self._recorder, scope=scope)
-        return open_capture(self.name, targets, filter=filter, scope=scope, vmlinux=vmlinux)
+        return open_capture(self.name, targets, filter=filter, scope=scope)
 
     def close(self) -> None:
         """Release what the backend kept set up (idempotent; captures must be closed)."""
@@ -118,7 +116,6 @@ def open_capture(
     *,
     filter: str | None = None,
     scope: str = "process",
-    vmlinux: str | None = None,
 ) -> Capture:
     """A not-yet-armed capture of `targets` on a concrete backend ("lbr" or "graph"),
     set up for this capture alone (`Backend.open` shares the set-up between captures)."""
@@ -130,7 +127,7 @@ def open_capture(
             raise CaptureError(
                 f"scope={scope!r} is not supported by the lbr backend yet; use backend='graph'"
             )
-        return LbrCapture(targets, filter=filter or "any", vmlinux=vmlinux)
+        return LbrCapture(targets, filter=filter or "any")
     if backend == "graph":
         from pytest_lbr.capture.graph import GraphCapture
 

@@ -1,8 +1,9 @@
 """The graph backend: a software call trace where the CPU has no LBR.
 
 The ftrace function tracer records every kernel function the test's threads
-enter, in a private tracefs instance (`pytest_lbr.capture.ftrace`). The records
-are nested into calls and returns, then cut per target:
+enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
+(`pytest_lbr.capture.graph_text`) are nested into calls and returns
+(`pytest_lbr.capture.graph_calls`), then cut per target:
 
 * ``kfunc:NAME``/``GLOB``: one hit per outermost invocation, with everything
   under it; a single function also gets its return value from a kretprobe
@@ -44,25 +45,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_lbr.capture.base import Capability, CaptureError
-from pytest_lbr.capture.ftrace import (
-    TRACEFS_NOT_MOUNTED,
-    EventRecord,
+from pytest_lbr.capture.graph_calls import (
     Frame,
-    FunctionRecord,
-    Instance,
     Mentions,
     Step,
-    TracefsError,
-    cleanup_stale_instances,
-    filter_functions_text,
-    find_tracefs,
     innermost,
     innermost_call,
-    matching_functions,
-    parse_trace,
     reconstruct,
 )
+from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
+from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
+from pytest_lbr.kernel.tracefs import (
+    TRACEFS_NOT_MOUNTED,
+    Instance,
+    TracefsError,
+    cleanup_stale_instances,
+    find_tracefs,
+)
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location, Trace
 from pytest_lbr.noise import EXIT_HOOK_FRAMES, PROBE_HANDLERS
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
@@ -240,7 +240,7 @@ class GraphRecorder:
                 inst.write("options/function-fork", "0")
                 # No set_event_pid: the few events we enable are cut by tid when
                 # read, and a pid list hooks several scheduler tracepoints: more
-                # live code patching (see ftrace._remove_instance).
+                # live code patching (see tracefs._remove_instance).
                 inst.set_pids(wanted)
                 self._skipped.update(inst.skip_functions(_clock_reads()))
                 inst.write("current_tracer", "function")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import sys
 import time
 from ctypes import (
     CFUNCTYPE,
@@ -30,9 +29,9 @@ from types import TracebackType
 from typing import Any
 
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.functions import btf_functions, check_in_btf, expand_glob
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
 from pytest_lbr.capture.tracer_object import tracer_layout, tracer_not_built, tracer_object
+from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
 from pytest_lbr.libbpf import (
     BpfError,
     KprobeMultiOpts,
@@ -320,7 +319,9 @@ class HookSet:
             assert target.function is not None
             if target.is_glob:
                 return self._attach_glob(index, target)
-            check_in_btf(target)
+            problem = btf_problem(target)
+            if problem:
+                raise CaptureError(problem)
             self._attach_trace(index, target.spec, 0, target.function)
             return _Attached(target, [target.function], "fentry" if self.fentry else "fexit")
         if target.kind == "tp":
@@ -380,7 +381,10 @@ class HookSet:
             except BpfError as exc:
                 why = _kernel_refusal(log)
                 if not why:
-                    sys.stderr.write("".join(log))  # what libbpf would have printed
+                    # What libbpf would have printed: on the error, for its reader.
+                    exc.log = "".join(log)
+                    if exc.log:
+                        exc.add_note(f"libbpf's log:\n{exc.log.rstrip()}")
                     raise
                 # Older kernels (6.1 here) refuse fentry/fexit on a fentry/fexit
                 # program in bpf_check_attach_target(); newer ones (6.12 here)

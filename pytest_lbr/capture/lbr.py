@@ -1,25 +1,24 @@
-"""The hardware LBR backend: probe it, capture with it, decode and trim its records.
+"""The hardware LBR backend: probe it, capture with it, decode its records.
 
 `probe_lbr()` says whether LBR tracing can work here and, if not, exactly why.
 `LbrCapture` opens one branch-stack perf event per CPU (so the CPU records),
 attaches the tracer at every target (`HookSet(snapshot=True)`), and turns each
-hit's perf_branch_entry records into `Branch`es, oldest first, with the
-tracer's own newest records trimmed off (kept in `Hit.raw_branches`).
-The decode and trim functions are pure so host tests can check them.
+hit's perf_branch_entry records into `Branch`es between bare addresses, oldest
+first, the tracer's own newest records included: `pytest_lbr.tracer` names the
+addresses and trims those off. The decode functions are pure so host tests can
+check them.
 """
 
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_lbr.capture.base import Capability, CaptureError
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.noise import TRACER_SYMBOLS
 from pytest_lbr.targets import Target
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "decode_branches",
     "decode_flags",
     "probe_lbr",
-    "trim_tracer",
 ]
 
 #: perf_branch_entry.type (PERF_BR_*) -> Branch.kind.
@@ -76,9 +74,11 @@ def branch_kind(flags: int) -> str:
 
 
 def decode_branches(
-    entries: Sequence[tuple[int, int, int]], locations: dict[int, Location]
+    entries: Sequence[tuple[int, int, int]], locations: dict[int, Location] | None = None
 ) -> list[Branch]:
-    """Records as the CPU gives them (newest first) -> `Branch`es oldest first."""
+    """Records as the CPU gives them (newest first) -> `Branch`es oldest first, between
+    the `locations` of their addresses (bare addresses where none is given)."""
+    locations = locations or {}
     out = []
     for src, dst, flags in reversed(entries):
         f = decode_flags(flags)
@@ -92,48 +92,6 @@ def decode_branches(
             )
         )
     return out
-
-
-def _matches(loc: Location, patterns: Iterable[str]) -> bool:
-    return loc.symbol is not None and any(fnmatch.fnmatchcase(loc.symbol, p) for p in patterns)
-
-
-def trim_tracer(
-    branches: Sequence[Branch],
-    traced: Callable[[Location], bool] | None = None,
-    tracer: Sequence[str] = TRACER_SYMBOLS,
-) -> list[Branch]:
-    """Drop the tracer's own newest records from `branches` (oldest first).
-
-    With `traced` (is this location in the traced function?), keep everything
-    up to the newest branch touching it, as retsnoop does. Without it, or when
-    no branch touches it, drop the newest run of branches into or out of the
-    tracer's code (`tracer` symbol globs).
-    """
-    if traced is not None:
-        for i in range(len(branches) - 1, -1, -1):
-            if traced(branches[i].src) or traced(branches[i].dst):
-                return list(branches[: i + 1])
-    end = len(branches)
-    while end and (
-        _matches(branches[end - 1].src, tracer) or _matches(branches[end - 1].dst, tracer)
-    ):
-        end -= 1
-    return list(branches[:end])
-
-
-def _locate(addrs: Iterable[int], vmlinux: str | None = None) -> dict[int, Location]:
-    """Symbolize every address in one call (the one place that knows the symbolizer),
-    with file:line from `vmlinux` (None: auto-discovered)."""
-    wanted = sorted(set(addrs))
-    try:
-        from pytest_lbr import symbols
-    except ImportError:
-        return {a: Location(a) for a in wanted}
-    get_symbolizer = getattr(symbols, "get_symbolizer", None)
-    if get_symbolizer is None:  # symbols/ not written yet: bare addresses
-        return {a: Location(a) for a in wanted}
-    return dict(get_symbolizer(vmlinux).locate_many(wanted))
 
 
 # -- probing ------------------------------------------------------------------------
@@ -188,8 +146,9 @@ def branch_events_problem(exc: OSError) -> str:
 
 
 def _probe() -> str:
-    from pytest_lbr.capture import hooks, perf
+    from pytest_lbr.capture import hooks
     from pytest_lbr.capture.tracer_object import tracer_not_built, tracer_object
+    from pytest_lbr.kernel import perf
     from pytest_lbr.libbpf import BpfError, lib, libbpf_version, libbpf_version_problem
     from pytest_lbr.targets import parse_target
 
@@ -248,12 +207,13 @@ class LbrCapture:
         *,
         check: bool = True,
         open_events: Callable[[str], Any] | None = None,
-        vmlinux: str | None = None,
     ) -> None:
         self.targets = list(targets)
         self.filter = filter
-        #: The debug vmlinux for file:line (None: auto-discovered).
-        self.vmlinux = vmlinux
+        #: After `stop()`: a hit's target -> the symbol of the function it hooked
+        #: (a kernel function, a BPF program's kallsyms name); none for a
+        #: tracepoint or uprobe. Trimming keeps the branches up to its last one.
+        self.traced: dict[str, str] = {}
         #: check=False skips probe_lbr() and `open_events` replaces the branch
         #: events: lets a guest without a PMU run the whole path on real hooks.
         self._check = check
@@ -263,7 +223,8 @@ class LbrCapture:
 
     def start(self) -> None:
         """Check the capability, open the perf events, attach the tracer everywhere."""
-        from pytest_lbr.capture import hooks, perf
+        from pytest_lbr.capture import hooks
+        from pytest_lbr.kernel import perf
 
         cap = probe_lbr() if self._check else Capability("lbr", True)
         if not cap.available:
@@ -278,7 +239,12 @@ class LbrCapture:
             raise
 
     def stop(self) -> Trace:
-        """Collect every hit, release the kernel objects, decode into a `Trace`."""
+        """Collect every hit, release the kernel objects, decode into a `Trace`.
+
+        Raw: branches between bare addresses, the tracer's own included
+        (`branches` and `raw_branches` alike); `pytest_lbr.tracer` symbolizes
+        them and trims `branches` with `traced`.
+        """
         from pytest_lbr.capture.hooks import HookSet
 
         hs = self._hooks
@@ -289,7 +255,6 @@ class LbrCapture:
         notes = list(hs.notes)
         attached = list(hs.attached)
         self.close()
-        locations = _locate((a for h in raw for e in h.entries for a in e[:2]), self.vmlinux)
         trace = Trace(
             targets=[t.spec for t in self.targets],
             backend="lbr",
@@ -309,7 +274,10 @@ class LbrCapture:
             name = target.spec if target else f"#{h.target}"
             if target is not None and target.is_glob and func:
                 name = f"kfunc:{func}"
-            branches = decode_branches(h.entries, locations)
+            traced = _traced_symbol(target, func, where.ksym if where else "")
+            if traced:
+                self.traced[name] = traced
+            branches = decode_branches(h.entries)
             trace.hits.append(
                 Hit(
                     target=name,
@@ -317,9 +285,7 @@ class LbrCapture:
                     pid=h.pid,
                     tid=h.tid,
                     retval=h.retval,
-                    branches=trim_tracer(
-                        branches, _traced_predicate(target, func, where.ksym if where else "")
-                    ),
+                    branches=list(branches),
                     raw_branches=branches,
                     timestamp_ns=h.ts_ns,
                 )
@@ -335,12 +301,10 @@ class LbrCapture:
                 obj.close()  # type: ignore[attr-defined]
 
 
-def _traced_predicate(
-    target: Target | None, func: str | None, ksym: str
-) -> Callable[[Location], bool] | None:
-    """Is a location inside the traced function? (None when the hook has no function.)"""
+def _traced_symbol(target: Target | None, func: str | None, ksym: str) -> str | None:
+    """The symbol of the function a hit's hook traced (None when the hook has none)."""
     if target is None or target.kind in ("tp", "uprobe", "uretprobe"):
         return None
     if target.kind == "prog":
-        return (lambda loc: loc.symbol == ksym) if ksym else None
-    return lambda loc: loc.symbol == func
+        return ksym or None
+    return func

@@ -1,5 +1,7 @@
-"""The kernel-facing layer: what the kernel says about BPF programs and BTF.
+"""The kernel-facing layer: each kind of kernel interface asked in one place.
 
-Each kind of kernel object is asked about in one place, so capture and
-symbolization read the same facts the same way (see docs/architecture.md).
+BPF programs and BTF (`programs`), tracefs and its private instances
+(`tracefs`), perf events with branch stacks (`perf`), and which kernel
+functions a target names (`functions`), so capture and symbolization read the
+same facts the same way (see docs/architecture.md).
 """

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 
-from pytest_lbr.capture.ftrace import find_tracefs
+from pytest_lbr.kernel.tracefs import find_tracefs
 
 #: tracefs files a trace could change: probe events, tracers, filters, the pid
 #: list, and enabled_functions (every ftrace-attached function: fentry

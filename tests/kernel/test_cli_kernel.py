@@ -7,16 +7,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.kernel
+from tests.commands import PYTEST_LBR
 
-#: The installed console script (not `python -m`, which would import the checkout).
-PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
+pytestmark = pytest.mark.kernel
 
 TRACEFS = Path("/sys/kernel/tracing")
 HIT = re.compile(r"Hit at (\S+): cpu=\d+ pid=\d+ tid=\d+( retval=-?\d+)? branches=(\d+)")

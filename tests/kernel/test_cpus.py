@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture import perf
 from pytest_lbr.capture.hooks import HookSet
 from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target
 from pytest_lbr.tracer import Tracer

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.ftrace import INSTANCE_PREFIX
+from pytest_lbr.kernel.tracefs import INSTANCE_PREFIX
 from tests.kernel.kernel_state import bpf_ids, tracefs_state
 
 pytestmark = pytest.mark.kernel
@@ -74,7 +74,7 @@ CHILD = textwrap.dedent("""
 
     import pytest
 
-    from pytest_lbr.capture import perf
+    from pytest_lbr.kernel import perf
     from pytest_lbr.capture.lbr import LbrCapture
     from pytest_lbr.targets import parse_target
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture.ftrace import find_tracefs
 from pytest_lbr.capture.graph import probe_graph
+from pytest_lbr.kernel.tracefs import find_tracefs
 from pytest_lbr.model import Trace
 from pytest_lbr.tracer import Tracer
 from tests.bpf.objects import (

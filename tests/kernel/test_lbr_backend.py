@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from pytest_lbr.capture import perf
 from pytest_lbr.capture.lbr import probe_lbr
+from pytest_lbr.kernel import perf
 from pytest_lbr.tracer import Tracer, TracingUnavailable
 
 pytestmark = pytest.mark.kernel

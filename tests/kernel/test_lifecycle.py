@@ -12,8 +12,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from pytest_lbr.capture import perf
 from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target
 from pytest_lbr.tracer import Tracer, TracingUnavailable

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture import perf
 from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_targets
 from tests.bpf.objects import bpf_object

@@ -1,0 +1,170 @@
+"""One thread's function records nested into calls and returns, with a stack.
+
+The function tracer records entries only (`pytest_lbr.capture.graph_text`):
+`reconstruct` turns the records of one thread into call/return steps, and
+`Mentions` says which frames are known to be still running.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
+
+__all__ = [
+    "BPF_SYMBOL_RE",
+    "Frame",
+    "Mentions",
+    "Step",
+    "innermost",
+    "innermost_call",
+    "reconstruct",
+]
+
+T = TypeVar("T")
+
+#: kallsyms names of JITed BPF functions: bpf_prog_<tag>[_<name>].
+BPF_SYMBOL_RE = re.compile(r"^bpf_prog_[0-9a-f]{16}(?:_|$)")
+
+
+@dataclass
+class Frame:
+    """One function on the reconstructed stack."""
+
+    func: str
+    addr: int
+    #: The call site this frame returns to (None: entered unseen, e.g. a BPF
+    #: program the function tracer cannot record, or a frame older than the trace).
+    call: FunctionRecord | None = None
+
+
+@dataclass
+class Step:
+    """A call into `frame`, a return from it, or an event line.
+
+    `stack` is the stack after a call, before a return, or at an event.
+    """
+
+    kind: str  # "call", "ret" or "event"
+    frame: Frame | None
+    stack: list[Frame] = field(default_factory=list)
+    record: FunctionRecord | EventRecord | None = None
+
+
+def reconstruct(
+    records: Iterable[FunctionRecord | EventRecord], returns: dict[str, str] | None = None
+) -> Iterator[Step]:
+    """Nest one thread's records into calls and returns.
+
+    Each function record is "callee <- parent+off": pop frames until the top is
+    the parent, then push the callee. A parent nowhere on the stack was entered
+    without a record (a JITed BPF program, a notrace function such as the
+    out-of-line copy of a kernel `inline` function, the trace's start), so it
+    is pushed as an unseen frame (no call site). Who called it is unknown: it
+    goes under a BPF frame if it is BPF code, else under the innermost frame
+    known to be still running (`Mentions.running`), never under a frame that
+    may have returned (the function tracer records no returns).
+    An event named in `returns` (a kretprobe event -> its function) is a real
+    return: the innermost frame of that function and all above it are popped.
+    Frames still open at the end are returned from, innermost first.
+    """
+    returns = returns or {}
+    records = list(records)
+    mentions = Mentions(records, returns)
+    stack: list[Frame] = []
+
+    def pop_to(depth: int) -> Iterator[Step]:
+        while len(stack) > depth:
+            frame = stack.pop()
+            yield Step("ret", frame, stack + [frame])
+
+    for index, rec in enumerate(records):
+        if isinstance(rec, EventRecord):
+            # The event first, while the returning frame is still on the stack.
+            yield Step("event", None, list(stack), rec)
+            func = returns.get(rec.name)
+            depth = innermost_call(stack, func) if func else None
+            if depth is not None:
+                yield from pop_to(depth)
+            continue
+        if rec.parent is not None:
+            depth = innermost_call(stack, rec.parent)
+            if depth is None:
+                # A BPF function is called from BPF code: whatever the
+                # innermost BPF frame had called has returned.
+                bpf = (
+                    innermost(stack, lambda f: BPF_SYMBOL_RE.match(f.func))
+                    if BPF_SYMBOL_RE.match(rec.parent)
+                    else None
+                )
+                if bpf is None:
+                    bpf = mentions.innermost_running(stack, index)
+                yield from pop_to(0 if bpf is None else bpf + 1)
+                unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
+                stack.append(unseen)
+                yield Step("call", unseen, list(stack))
+            else:
+                yield from pop_to(depth + 1)
+        frame = Frame(rec.func, rec.func_addr, rec)
+        stack.append(frame)
+        yield Step("call", frame, list(stack), rec)
+    yield from pop_to(0)
+
+
+class Mentions:
+    """Where one thread's records name each function: entered, or still running.
+
+    The function tracer records entries only, so whether a frame has returned
+    is known only from later records: a function named as a record's parent
+    (or by its kretprobe's return event) is still running then, unless a record
+    entering it again comes first.
+    """
+
+    def __init__(
+        self, records: Sequence[FunctionRecord | EventRecord], returns: dict[str, str]
+    ) -> None:
+        #: function -> (record indexes, whether that record shows it running)
+        self._at: dict[str, tuple[list[int], list[bool]]] = {}
+        for i, rec in enumerate(records):
+            if isinstance(rec, EventRecord):
+                if rec.name in returns:
+                    self._add(returns[rec.name], i, True)
+                continue
+            if rec.parent is not None:
+                self._add(rec.parent, i, True)  # first: "f <- f" is f still running
+            self._add(rec.func, i, False)
+
+    def _add(self, func: str, index: int, running: bool) -> None:
+        at = self._at.setdefault(func, ([], []))
+        if not at[0] or at[0][-1] != index:
+            at[0].append(index)
+            at[1].append(running)
+
+    def running(self, func: str, index: int) -> bool:
+        """Whether the first record after `index` that names `func` shows it still running."""
+        at = self._at.get(func)
+        if at is None:
+            return False
+        k = bisect.bisect_right(at[0], index)
+        return k < len(at[0]) and at[1][k]
+
+    def innermost_running(self, stack: Sequence[Frame], index: int) -> int | None:
+        """Index of the innermost frame of `stack` known to be running after record `index`."""
+        return innermost(stack, lambda f: self.running(f.func, index))
+
+
+def innermost(stack: Sequence[T], found: Callable[[T], object]) -> int | None:
+    """Index of the innermost (last) item of a call stack for which `found` holds."""
+    for i in range(len(stack) - 1, -1, -1):
+        if found(stack[i]):
+            return i
+    return None
+
+
+def innermost_call(stack: Sequence[Frame], func: str) -> int | None:
+    """Index of the innermost frame of `func` on a call stack."""
+    return innermost(stack, lambda f: f.func == func)
