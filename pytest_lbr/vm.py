@@ -296,6 +296,9 @@ def build_command(
         # clean in 6.1 and 6.12, test_graph in 0.9-1.3x its one-vCPU time (busy host).
         qemu_opts, host_cpus = ["-accel", "tcg,thread=single"], 1
     guest = [sys.executable, "-m", "pytest_lbr.vm", "guest", "--results", str(results)]
+    cache = cache_dir()
+    if cache.is_dir():
+        guest += ["--cache", str(cache)]
     if not strict:
         guest.append("--no-strict")
     if execute is not None:
@@ -305,6 +308,10 @@ def build_command(
     cmd += ["--rwdir", str(results)]
     for path in rw:
         cmd += ["--rwdir", str(path)]
+    if cache.is_dir():
+        # Writable in the guest, in its RAM: the sessions of one boot share the symbol
+        # line cache (a cold debug-vmlinux lookup costs each session seconds under TCG).
+        cmd += ["--overlay-rwdir", str(cache)]
     if os.geteuid() != 0:
         cmd += ["--user", "root"]  # tracing needs root in the guest
     if not kvm:
@@ -479,9 +486,17 @@ def _mount(fstype: str, target: str) -> None:
 
 
 def guest_main(
-    results: Path, args: list[str], *, execute: str | None = None, strict: bool = True
+    results: Path,
+    args: list[str],
+    *,
+    execute: str | None = None,
+    strict: bool = True,
+    cache: Path | None = None,
 ) -> int:
-    """Inside the VM: mount, run pytest (or the command), save dmesg, write the status file."""
+    """Inside the VM: mount, run pytest (or the command), save dmesg, write the status file.
+
+    `cache`: the host's pytest-lbr cache directory (writable here, in guest RAM).
+    """
     from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
 
     (results / STARTED).write_text(f"{platform.release()}\n")
@@ -506,9 +521,15 @@ def guest_main(
         # The venv's scripts (pytest-lbr, pytest) first, as where `pytest-lbr vm` ran.
         PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}",
         TMPDIR=str(tmpdir),
-        PYTHONDONTWRITEBYTECODE="1",
+        # Bytecode, and pytest's assertion-rewritten plugin modules (all of pytest-lbr's
+        # and hypothesis's), cached in guest RAM rather than never: every pytest a test
+        # starts would otherwise rewrite ~80 modules again, seconds each under TCG.
+        PYTHONPYCACHEPREFIX=str(tmpdir / "pycache"),
         **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
     )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = str(cache.parent)  # the same cache whatever $HOME is here
     if execute is not None:
         cmd = ["sh", "-c", execute]
     else:
@@ -690,9 +711,12 @@ def _guest_cli(argv: list[str]) -> int:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--exec", dest="execute")
     parser.add_argument("--no-strict", dest="strict", action="store_false")
+    parser.add_argument("--cache", type=Path)
     parser.add_argument("args", nargs="*")
     args = parser.parse_args(argv)
-    return guest_main(args.results, args.args, execute=args.execute, strict=args.strict)
+    return guest_main(
+        args.results, args.args, execute=args.execute, strict=args.strict, cache=args.cache
+    )
 
 
 if __name__ == "__main__":

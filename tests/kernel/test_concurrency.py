@@ -22,6 +22,7 @@ import pytest
 from pytest_lbr.bpf import BpfLoader
 from pytest_lbr.libbpf import check_int, lib
 from tests.bpf.objects import bpf_object
+from tests.commands import PYTEST_QUIET
 
 pytestmark = pytest.mark.kernel
 pytest_plugins = ["pytester"]
@@ -127,7 +128,7 @@ def test_two_workers_get_only_their_own_hits(
         monkeypatch.setenv("LBR_CONCURRENCY_PIN", str(pin))
         monkeypatch.setenv("LBR_CONCURRENCY_WINDOWS", str(windows))
         pytester.makepyfile(test_inner=INNER)
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-q")
+        result = pytester.runpytest_subprocess(*PYTEST_QUIET, "-n", "2", "-q")
     finally:
         pin.unlink()
     out = result.stdout.str()

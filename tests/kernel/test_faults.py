@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.kernel.tracefs import INSTANCE_PREFIX
+from tests.commands import PYTEST_QUIET
 from tests.kernel.kernel_state import bpf_ids, tracefs_state
 
 pytestmark = pytest.mark.kernel
@@ -123,7 +124,7 @@ def run_child(
     env = {**os.environ, "LBR_FAULT_ACTION": action, "LBR_FAULT_READY": str(ready)}
     env.pop("PYTEST_ADDOPTS", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--lbr",
+        [sys.executable, "-m", "pytest", *PYTEST_QUIET, "--lbr",
          "--lbr-backend=graph", *args, "test_child.py"],
         cwd=folder,
         env=env,
@@ -153,7 +154,7 @@ def next_session(folder: Path) -> str:
     """A new `pytest --lbr` session: its backend probe removes what dead ones left."""
     (folder / "test_probe.py").write_text(PROBE)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--lbr",
+        [sys.executable, "-m", "pytest", *PYTEST_QUIET, "--lbr",
          "--lbr-backend=graph", "test_probe.py"],
         cwd=folder, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -236,7 +237,7 @@ def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(pytester: pytest.Pyt
         f"\n@pytest.mark.lbr({t!r})\ndef test_{i}():\n    pass\n" for i, t in enumerate(BAD_TARGETS)
     )
     pytester.makepyfile(test_bad=body)
-    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", *PYTEST_QUIET)
     out = result.stdout.str() + result.stderr.str()
     result.assert_outcomes(failed=len(BAD_TARGETS))
     for message in BAD_TARGETS.values():
@@ -256,7 +257,7 @@ def test_bad_targets_inside_with_lbr_trace_fail_in_one_line(pytester: pytest.Pyt
         for i, t in enumerate(BAD_TARGETS)
     )
     (pytester.path / "test_bad.py").write_text(body)  # as is: the line numbers below
-    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", *PYTEST_QUIET)
     out = result.stdout.str() + result.stderr.str()
     result.assert_outcomes(failed=len(BAD_TARGETS))
     for i, message in enumerate(BAD_TARGETS.values()):

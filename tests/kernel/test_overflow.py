@@ -23,6 +23,7 @@ from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_targets
 from tests.bpf.objects import bpf_object
+from tests.commands import PYTEST_QUIET
 
 pytestmark = pytest.mark.kernel
 pytest_plugins = ["pytester"]
@@ -78,7 +79,7 @@ def test_golden_check_of_an_incomplete_trace_says_so(pytester: pytest.Pytester) 
             lbr_golden(trace)
         """)
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*PYTEST_QUIET)
     out = result.stdout.str()
     result.assert_outcomes(failed=1)
     assert "records: a golden comparison would be unreliable" in out, out

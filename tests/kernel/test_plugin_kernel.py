@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands import PYTEST_QUIET
+
 pytestmark = pytest.mark.kernel
 pytest_plugins = ["pytester"]
 
@@ -47,7 +49,7 @@ INNER = textwrap.dedent(
         lbr.check_golden(trace)
     """
 )
-ARGS = ("-p", "no:cacheprovider", "--lbr", "--lbr-backend=graph", "--lbr-require")
+ARGS = (*PYTEST_QUIET, "--lbr", "--lbr-backend=graph", "--lbr-require")
 
 
 @pytest.fixture

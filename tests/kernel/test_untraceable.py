@@ -23,6 +23,7 @@ from pytest_lbr.libbpf import bpf_test_run_opts, check_int, lib, prog_info
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target
 from pytest_lbr.tracer import Tracer
+from tests.commands import PYTEST_QUIET
 from tests.kernel.kernel_state import bpf_ids
 
 pytestmark = pytest.mark.kernel
@@ -187,7 +188,7 @@ def test_busy_lbr_reaches_lbr_require(pytester: pytest.Pytester) -> None:
     )
     # A subprocess: this process's LBR probe is cached (no PMU) already.
     result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--lbr", "--lbr-backend=lbr", "--lbr-require"
+        *PYTEST_QUIET, "--lbr", "--lbr-backend=lbr", "--lbr-require"
     )
     out = result.stdout.str() + result.stderr.str()
     result.assert_outcomes(errors=1)
