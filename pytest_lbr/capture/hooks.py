@@ -386,9 +386,10 @@ class HookSet:
                     if exc.log:
                         exc.add_note(f"libbpf's log:\n{exc.log.rstrip()}")
                     raise
-                # Older kernels (6.1 here) refuse fentry/fexit on a fentry/fexit
-                # program in bpf_check_attach_target(); newer ones (6.12 here)
-                # allow one level of nesting (the fentry_recursive selftest).
+                # Before Linux 6.8 ("bpf: Relax tracing prog recursive attach
+                # rules") bpf_check_attach_target() refused fentry/fexit on a
+                # fentry/fexit program; since, one level of nesting is allowed
+                # (the fentry_recursive selftest).
                 err = exc.errno or errno.EINVAL
                 raise CaptureError(
                     f"{target.spec}: the program is itself a tracing (fentry/fexit) program "

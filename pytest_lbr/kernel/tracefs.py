@@ -3,7 +3,8 @@
 The graph backend records calls with the ftrace *function* tracer in its own
 instance (``instances/pytest_lbr-<pid>-<n>``): the only way to get a call trace
 that both Debian kernels here allow without touching the global tracer other
-users share (6.1 refuses ``function_graph`` inside an instance). The text it
+users share (``function_graph`` works in an instance only since the function
+graph tracer's rework for several users, Linux 6.11). The text it
 records is parsed by the graph backend.
 
 Everything an `Instance` adds (the instance directory, enabled events, kprobe
