@@ -62,7 +62,9 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.kernel
+# xdist_group: with `-n 2 --dist loadgroup` (ci/test), the tests that boot guests share
+# one worker, so no more than two guests run on the 2 cores.
+pytestmark = [pytest.mark.kernel, pytest.mark.xdist_group("guests")]
 
 XDP_PASS = 2
 PACKET = bytes(64)

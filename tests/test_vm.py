@@ -31,6 +31,9 @@ from tests.commands import PYTEST_LBR
 
 VM = [PYTEST_LBR, "vm"]
 
+#: With `-n 2 --dist loadgroup` (ci/test) the tests that boot guests share one worker.
+pytestmark = pytest.mark.xdist_group("guests")
+
 
 def _kernel_or_skip(series: str) -> Path:
     try:
