@@ -9,13 +9,16 @@ does the same). `lbr_strict = false` (or `pytest-lbr vm --no-strict`) turns that
 
 The plugin also writes the tally the VM runner prints per kernel
 (`<results>/tally.json`: passed/failed/skipped, and how many kernel tests ran),
-counted from the reports themselves so it holds under xdist too.
+counted from the reports themselves so it holds under xdist too, and the kernel
+splats it saw (`<results>/kernel-splats.txt`), so that the runner fails a guest
+only for a splat in its kernel log that pytest did not report.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +28,17 @@ __all__ = [
     "ENV_GUEST",
     "ENV_RESULTS",
     "ENV_STRICT",
-    "TALLY_FILE",
     "KERNEL_MARKER",
+    "SPLATS_FILE",
+    "TALLY_FILE",
     "Shard",
     "Tally",
     "TallyCounter",
     "enforce_strict",
     "host_skip_reason",
     "in_guest",
+    "note_splats",
+    "read_noted_splats",
     "read_tally",
     "select",
     "strict",
@@ -46,6 +52,9 @@ ENV_STRICT = "PYTEST_LBR_STRICT"
 #: The guest's results directory (the tally goes there).
 ENV_RESULTS = "PYTEST_LBR_RESULTS"
 TALLY_FILE = "tally.json"
+#: The kernel splats the guest's pytest saw, one `Splat.key` a line: the VM runner
+#: fails a guest whose kernel log holds any other.
+SPLATS_FILE = "kernel-splats.txt"
 
 KERNEL_MARKER = "kernel: needs root and a tracing kernel; runs inside `pytest-lbr vm` guests"
 ALLOW_SKIP_MARKER = (
@@ -193,6 +202,22 @@ class TallyCounter:
         results = os.environ.get(ENV_RESULTS)
         if in_guest() and results and not hasattr(session.config, "workerinput"):
             self.write(Path(results))
+
+
+def note_splats(keys: Iterable[str]) -> None:
+    """Inside a guest: add the keys of kernel splats pytest saw to `SPLATS_FILE`."""
+    results = os.environ.get(ENV_RESULTS)
+    if in_guest() and results:
+        with open(Path(results) / SPLATS_FILE, "a", encoding="utf-8") as out:
+            out.writelines(f"{key}\n" for key in keys)  # appended: every process of the run adds
+
+
+def read_noted_splats(results: Path) -> set[str]:
+    """The keys `note_splats` wrote into `results` (none when it wrote nothing)."""
+    try:
+        return set((results / SPLATS_FILE).read_text(encoding="utf-8").splitlines())
+    except OSError:
+        return set()
 
 
 def read_tally(results: Path) -> Tally | None:

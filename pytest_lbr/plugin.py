@@ -14,9 +14,11 @@ import pytest
 from pytest_lbr import guest
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
 from pytest_lbr.session import (
+    ALLOW_SPLAT_MARKER,
     BACKEND_CHOICES,
     FILTER_CHOICES,
     SESSION_KEY,
+    SPLAT_CHOICES,
     LbrSession,
 )
 
@@ -73,6 +75,16 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         },
         "string",
     ),
+    (
+        "--lbr-kernel-splats",
+        {
+            "choices": SPLAT_CHOICES,
+            "help": "fail: a kernel splat (WARNING:, BUG:, Oops, KASAN, RCU stall...) in the "
+            "kernel log fails the test it happened in, or the run (default: fail inside "
+            "pytest-lbr vm guests, off elsewhere)",
+        },
+        "string",
+    ),
 ]
 
 
@@ -119,6 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", guest.KERNEL_MARKER)
     config.addinivalue_line("markers", guest.ALLOW_SKIP_MARKER)
+    config.addinivalue_line("markers", ALLOW_SPLAT_MARKER)
     # Its pytest_runtest_logreport sees every test's reports, on the xdist controller too.
     config.pluginmanager.register(guest.TallyCounter(), "lbr-tally")
     session = config.stash[SESSION_KEY] = LbrSession(config)
@@ -136,6 +149,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _session(config).add_marker_fixture(items)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return _session(config).header_lines()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> None:
+    _session(item.config).splats_between_tests()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     with _session(item.config).marked_body(item):
@@ -147,6 +169,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    _session(item.config).check_kernel_log(item, report)
     _session(item.config).on_report(item, call, report)
     if call.excinfo is not None and report.failed and not isinstance(report.longrepr, str):
         report.longrepr = one_line(call.excinfo, item.path) or report.longrepr

@@ -1,4 +1,4 @@
-"""`TestRecord`: what one test traced and how its golden checks went.
+"""`TestRecord`: what one test traced, how its golden checks went, its kernel splats.
 
 The pytest session fills it in and `--lbr-report` reads it; it lives here, not in
 either of them, so the report does not depend on the session. Importing it costs
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_lbr.golden.check import GoldenResult
+    from pytest_lbr.kernel.kmsg import Splat
     from pytest_lbr.model import Trace
 
 __all__ = ["TestRecord"]
@@ -19,7 +20,8 @@ __all__ = ["TestRecord"]
 
 @dataclass
 class TestRecord:
-    """What one test traced and how its golden checks went (reports read this)."""
+    """What one test traced, how its golden checks went, the kernel splats it caused
+    (reports read this)."""
 
     __test__ = False  # not a pytest test class despite the name
 
@@ -32,6 +34,9 @@ class TestRecord:
     #: One result per golden check, in the order they ran.
     golden: list[GoldenResult] = field(default_factory=list)
     golden_names: set[str] = field(default_factory=set)
+    #: Kernel splats logged while the test ran, and whether it was marked allow_splat.
+    splats: list[Splat] = field(default_factory=list)
+    splats_allowed: bool = False
     reported: bool = False
 
     @property

@@ -1,11 +1,12 @@
 """`--lbr-report=DIR`: each traced test's trace as text, and one HTML page per session.
 
 Each test (in whichever xdist worker ran it) writes `DIR/<test>.txt` (the trace in
-the retsnoop/bpflbr format) and `DIR/.parts/<test>.json`; at the end of the session
+the retsnoop/bpflbr format, and any kernel splat the test caused) and
+`DIR/.parts/<test>.json`; at the end of the session
 the controller assembles `DIR/index.html` from the parts. The page is self-contained
 (inline CSS and SVG, no script, no network): per test, the call tree as a diagram,
-the branches with their source lines, and for a golden mismatch both sides side by
-side.
+the branches with their source lines, for a golden mismatch both sides side by
+side, and the kernel splats as the kernel printed them.
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ def _file_stem(nodeid: str) -> str:
 
 
 def write_test_files(report_dir: Path, record: TestRecord) -> Path:
-    """Write the test's trace text and its part of the HTML page; return the text path."""
+    """Write the test's trace text (and kernel splats) and its part of the HTML page;
+    return the text path."""
     stem = _file_stem(record.nodeid)
     (report_dir / ".parts").mkdir(parents=True, exist_ok=True)
     text_path = report_dir / f"{stem}.txt"
-    text_path.write_text("\n\n".join(str(t) for t in record.traces) + "\n", encoding="utf-8")
+    texts = [str(t) for t in record.traces]
+    texts += [f"# kernel splat\n{splat.text}" for splat in record.splats]
+    text_path.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
     raw = [t.capture_text for t in record.traces if t.capture_text]
     if raw:
         # What the backend read, as it read it: the evidence behind a surprising trace.
@@ -59,6 +63,8 @@ def write_test_files(report_dir: Path, record: TestRecord) -> Path:
         "text": text_path.name,
         "traces": [_trace_json(t) for t in record.traces],
         "golden": [_golden_json(g) for g in record.golden],
+        "splats": [splat.text for splat in record.splats],
+        "splats_allowed": record.splats_allowed,
     }
     (report_dir / ".parts" / f"{stem}.json").write_text(json.dumps(part), encoding="utf-8")
     return text_path
@@ -217,6 +223,7 @@ table{border-collapse:collapse;font:12px monospace;margin:6px 0} td,th{border:1p
 th{background:#f2f4f8} .src{color:#667}
 td.del{background:#ffe3e0} td.ins{background:#defbe4} td.same{color:#555}
 details{margin:4px 0} summary{cursor:pointer;color:#2b4f8c}
+pre.splat{font:12px monospace;background:#fff4f2;border-left:3px solid #c0262d;padding:6px;overflow-x:auto}
 """
 
 
@@ -233,7 +240,12 @@ def write_html(report_dir: Path) -> Path | None:
 def render_html(parts: list[dict[str, Any]]) -> str:
     """The whole page for the given test parts (see `write_test_files`)."""
     parts = sorted(parts, key=lambda p: p["nodeid"])
-    body = [f"<h1>pytest-lbr: {len(parts)} traced test(s)</h1>", _index(parts)]
+    traced = sum(1 for p in parts if p["traces"])
+    splats = sum(1 for p in parts if p.get("splats"))
+    heading = f"pytest-lbr: {traced} traced test(s)"
+    if splats:
+        heading += f", {splats} with a kernel splat"
+    body = [f"<h1>{heading}</h1>", _index(parts)]
     body.extend(_section(i, p) for i, p in enumerate(parts))
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
@@ -251,7 +263,9 @@ def _index(parts: list[dict[str, Any]]) -> str:
         )
         items.append(
             f'<li><a href="#t{i}">{escape(p["nodeid"])}</a> '
-            f'<span class="{escape(p["outcome"])}">{escape(p["outcome"])}</span>{golden}</li>'
+            f'<span class="{escape(p["outcome"])}">{escape(p["outcome"])}</span>{golden}'
+            + ('<span class="tag">kernel splat</span>' if p.get("splats") else "")
+            + "</li>"
         )
     return "<ul>" + "".join(items) + "</ul>"
 
@@ -261,6 +275,13 @@ def _section(i: int, part: dict[str, Any]) -> str:
         f'<h2 id="t{i}">{escape(part["nodeid"])} <span class="{escape(part["outcome"])}">'
         f'{escape(part["outcome"])}</span> <a href="{escape(part["text"])}" class="tag">text</a></h2>'
     ]
+    allowed = part.get("splats_allowed")
+    for splat in part.get("splats", []):
+        note = " (allowed: allow_splat)" if allowed else ""
+        out.append(
+            f'<p class="{"skipped" if allowed else "failed"}">kernel splat during this test{note}</p>'
+        )
+        out.append(f'<pre class="splat">{escape(splat)}</pre>')
     new_edges: set[tuple[str, str]] = set()
     for g in part["golden"]:
         out.append(_golden(g))

@@ -8,6 +8,7 @@ without `--lbr` they never are.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable, Generator, Iterator
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_lbr.guest import in_guest, note_splats
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
 
@@ -24,15 +26,18 @@ if TYPE_CHECKING:
     from pytest_lbr.capture import Backend
     from pytest_lbr.golden.normalize import Normalization
     from pytest_lbr.golden.unused import GoldenUsage
+    from pytest_lbr.kernel.kmsg import KernelLog, Splat
     from pytest_lbr.model import Trace
     from pytest_lbr.tracer import Tracer
 
 __all__ = [
+    "ALLOW_SPLAT_MARKER",
     "BACKEND_CHOICES",
     "EXIT_CANNOT_TRACE",
     "FILTER_CHOICES",
     "LEVEL_CHOICES",
     "SESSION_KEY",
+    "SPLAT_CHOICES",
     "LbrSession",
     "TestRecord",
 ]
@@ -51,6 +56,13 @@ FILTER_CHOICES = (
     "ind_jump",
 )
 LEVEL_CHOICES = ("function", "symbol", "line")
+SPLAT_CHOICES = ("fail", "off")
+ALLOW_SPLAT_MARKER = (
+    "allow_splat: kernel splats during this test are shown in its report, not failures "
+    "(a test that provokes one on purpose)"
+)
+#: The user property naming each kernel splat a test reported (its `Splat.key`).
+_SPLAT_PROPERTY = "lbr_kernel_splat"
 #: `git bisect run` reads 125 as "this commit cannot be tested": used when tracing could not run.
 EXIT_CANNOT_TRACE = 125
 DISABLED_REASON = "tracing disabled: run with --lbr"
@@ -76,7 +88,20 @@ class LbrSession:
         report = self._option("lbr_report")
         self.report_dir = Path(report).resolve() if report else None
         self.is_worker = hasattr(config, "workerinput")
+        self.is_controller = (  # pytest-xdist's: it runs no test itself
+            not self.is_worker
+            and config.getoption("dist", "no") != "no"
+            and bool(config.getoption("tx", None))
+        )
         self._check_choice("--lbr-backend / lbr_backend", self.backend, BACKEND_CHOICES)
+        # Kernel splats: on by default only in a pytest-lbr vm guest; a developer's own
+        # kernel log holds other people's warnings.
+        self.splat_mode = str(
+            self._option("lbr_kernel_splats") or ("fail" if in_guest() else "off")
+        )
+        self._check_choice(
+            "--lbr-kernel-splats / lbr_kernel_splats", self.splat_mode, SPLAT_CHOICES
+        )
         if self.filter is not None:
             self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
         if self.enabled and self.vmlinux:
@@ -108,6 +133,18 @@ class LbrSession:
         self._backend: Backend | None = None
         if self.report_dir is not None and not self.is_worker:
             shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
+        self._kernel_log: KernelLog | None = None
+        #: Why splats are not watched although asked for: the terminal header says it.
+        self.splat_note = ""
+        #: Splats no test of this process took, as plain data (controller: every worker's).
+        self._loose_splats: list[dict[str, Any]] = []
+        #: Keys of the splats tests reported (controller: every worker's tests).
+        self._test_splats: set[str] = set()
+        #: The loose splats no test reported, once each: they fail the run.
+        self.unreported_splats: list[dict[str, Any]] = []
+        self.kmsg_missed = 0
+        if self.splat_mode == "fail":
+            self._open_kernel_log()
 
     # -- options -------------------------------------------------------------------
 
@@ -331,8 +368,134 @@ class LbrSession:
         """xdist controller: collect what a worker wrote and which golden files it used."""
         output = getattr(node, "workeroutput", {})
         self.written.extend(output.get("lbr_written", []))
+        self._loose_splats.extend(output.get("lbr_kernel_splats", []))
+        self.kmsg_missed += output.get("lbr_kmsg_missed", 0)
         if output.get("lbr_golden_usage"):
             self._usage().merge(output["lbr_golden_usage"])
+
+    # -- kernel splats ---------------------------------------------------------------
+
+    def _open_kernel_log(self) -> None:
+        from pytest_lbr.kernel.kmsg import KernelLog, KmsgError
+
+        try:
+            log = KernelLog()
+        except KmsgError as exc:
+            self.splat_note = f"lbr: kernel splats are not watched: {exc.strerror}"
+            return
+        if self.is_controller:
+            log.close()  # readable: the workers watch it
+        else:
+            self._kernel_log = log
+
+    def header_lines(self) -> list[str]:
+        """Terminal header: why kernel splats are not watched, when asked for."""
+        return [self.splat_note] if self.splat_note else []
+
+    def _new_splats(self) -> list[Splat]:
+        assert self._kernel_log is not None
+        from pytest_lbr.kernel.kmsg import find_splats
+
+        splats = find_splats(self._kernel_log.read_new())
+        note_splats(splat.key for splat in splats)  # seen: the VM runner need not fail the guest
+        return splats
+
+    def _loose(self, splats: list[Splat], running: str | None) -> None:
+        if running and self.is_worker:
+            running = f"{self.config.workerinput['workerid']} {running}"  # type: ignore[attr-defined]
+        for splat in splats:
+            self._loose_splats.append(
+                {
+                    "key": splat.key,
+                    "summary": splat.summary,
+                    "text": splat.text,
+                    "running": [running] if running else [],
+                }
+            )
+
+    def splats_between_tests(self) -> None:
+        """Before a test: what the kernel logged since the last one belongs to no test."""
+        if self._kernel_log is not None:
+            self._loose(self._new_splats(), running=None)
+
+    def check_kernel_log(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """A kernel splat during this phase of the test fails it (under `allow_splat`
+        the report only shows it).
+
+        Under xdist other workers' tests run at the same time, so a worker takes only
+        splats in its own tasks (this process, a live child; under `allow_splat` also
+        a process that has exited); any other (a kernel thread's, another worker's,
+        an exited child's) goes to the controller, which fails the run with it once,
+        naming the tests that were running, unless another worker's test took it.
+        """
+        if self._kernel_log is None:
+            return
+        splats = self._new_splats()
+        if not splats:
+            return
+        allowed = item.get_closest_marker("allow_splat") is not None
+        ours = [s for s in splats if not self.is_worker or _own_splat(s, allowed)]
+        self._loose([s for s in splats if s not in ours], running=item.nodeid)
+        if not ours:
+            return
+        title = "kernel splat (allowed: allow_splat)" if allowed else "kernel splat"
+        report.sections.append((title, "\n\n".join(s.text for s in ours)))
+        report.user_properties.extend((_SPLAT_PROPERTY, s.key) for s in ours)
+        record = self.record(item)
+        record.splats.extend(ours)
+        record.splats_allowed = allowed
+        if not allowed:
+            record.outcome = "failed"
+            if not report.failed:
+                phase = "" if report.when == "call" else f" ({report.when})"
+                more = f" (+{len(ours) - 1} more below)" if len(ours) > 1 else ""
+                report.outcome = "failed"
+                report.longrepr = f"kernel splat during this test{phase}: {ours[0].summary}{more}"
+                if hasattr(report, "wasxfail"):
+                    del report.wasxfail  # an expected failure is the test's, not the kernel's
+        if self.report_dir is not None:
+            from pytest_lbr.report import write_test_files
+
+            write_test_files(self.report_dir, record)
+
+    def _finish_splats(self, session: pytest.Session) -> None:
+        if self._kernel_log is not None:
+            self._loose(self._new_splats(), running=None)
+            self.kmsg_missed += self._kernel_log.missed
+            self._kernel_log.close()
+            self._kernel_log = None
+        if self.is_worker:
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            output["lbr_kernel_splats"] = self._loose_splats
+            output["lbr_kmsg_missed"] = self.kmsg_missed
+            return
+        merged: dict[str, dict[str, Any]] = {}
+        for splat in self._loose_splats:  # once each, and none a test reported
+            if splat["key"] not in self._test_splats:
+                seen = merged.setdefault(splat["key"], {**splat, "running": []})
+                seen["running"] += [r for r in splat["running"] if r not in seen["running"]]
+        self.unreported_splats = list(merged.values())
+        if self.unreported_splats and session.exitstatus in (0, 5):  # not over a worse one
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _splat_summary(self, terminal: Any) -> None:
+        for splat in self.unreported_splats:
+            terminal.write_sep("=", "lbr: kernel splat outside any test", red=True)
+            if splat["running"]:
+                terminal.write_line(
+                    "in another process while these tests ran: " + ", ".join(splat["running"])
+                )
+            terminal.write_line(splat["text"])
+        if self.unreported_splats:
+            terminal.write_line(
+                f"lbr: {len(self.unreported_splats)} kernel splat(s) outside any test: "
+                "the run fails (--lbr-kernel-splats=off turns the check off)"
+            )
+        if self.kmsg_missed:
+            terminal.write_line(
+                f"lbr: the kernel overwrote its log {self.kmsg_missed} time(s) before pytest "
+                "read it: a kernel splat may have gone unseen"
+            )
 
     # -- records, reports, assertion explanations ---------------------------------
 
@@ -360,7 +523,9 @@ class LbrSession:
     def finish_record(self, item: pytest.Item) -> None:
         """At teardown: write the test's trace text and report part; JUnit properties."""
         record = item.stash.get(RECORD_KEY, None)
-        if record is None or self.report_dir is None or not record.traces or record.reported:
+        if record is None or self.report_dir is None or record.reported:
+            return
+        if not record.traces and not record.splats:
             return
         record.reported = True  # a test may use both `lbr` and `lbr_golden`
         from pytest_lbr.report import write_test_files
@@ -382,11 +547,12 @@ class LbrSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Hook (the session is registered as a plugin): count tests that needed tracing,
         on the xdist controller too, from the properties the reports carry; note which
-        tests passed, for unused golden files."""
+        tests passed, for unused golden files, and which kernel splats tests reported."""
         if report.failed:
             self._failed.add(report.nodeid)
         elif report.when == "call" and report.passed:
             self._passed.add(report.nodeid)
+        self._test_splats.update(str(v) for k, v in report.user_properties if k == _SPLAT_PROPERTY)
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
@@ -397,8 +563,8 @@ class LbrSession:
                     self.traced_ok += 1
 
     def finish(self, session: pytest.Session) -> None:
-        """Exit status for bisecting, the HTML report (once, not per worker), and
-        the line cache saved (per worker)."""
+        """Exit status for bisecting (and 1 for a kernel splat outside the tests), the
+        HTML report (once, not per worker), and the line cache saved (per worker)."""
         self.close_backend()
         symbols = sys.modules.get("pytest_lbr.symbols")
         if symbols is not None:  # only if something was symbolized
@@ -406,6 +572,7 @@ class LbrSession:
         if self.enabled and self.traced_unavailable and not self.traced_ok:
             self.unavailable_reason = self.probe()[2]
             session.exitstatus = EXIT_CANNOT_TRACE
+        self._finish_splats(session)
         if self.report_dir is not None and not self.is_worker:
             from pytest_lbr.report import write_html
 
@@ -419,14 +586,18 @@ class LbrSession:
                     path.unlink(missing_ok=True)
 
     def unconfigure(self) -> None:
-        """Put back the progress listener this session replaced (pytester nests sessions)."""
+        """Put back the progress listener this session replaced (pytester nests sessions);
+        close the kernel log if the session ended before its finish."""
+        if self._kernel_log is not None:
+            self._kernel_log.close()
+            self._kernel_log = None
         if self._reports_progress:
             self._reports_progress = False
             set_progress(self._previous_progress)
 
     def summary(self, terminal: Any) -> None:
         """Terminal summary: golden files written and unused, report, why the exit
-        status is 125."""
+        status is 125, kernel splats outside the tests."""
         if self.is_worker:
             return
         if self.written:
@@ -449,6 +620,19 @@ class LbrSession:
                 f"lbr: tracing could not run in this session ({self.unavailable_reason}): "
                 f"exit status {EXIT_CANNOT_TRACE}"
             )
+        self._splat_summary(terminal)
+
+
+def _own_splat(splat: Splat, allowed: bool) -> bool:
+    """Is the splat this xdist worker's? Its task is this process or a live child, or
+    (for a test that provokes splats on purpose) one that has exited since."""
+    from pytest_lbr.kernel.kmsg import is_own_task
+
+    if splat.pid is None or splat.pid <= 0:  # no task named, or the idle task
+        return False
+    if is_own_task(splat.pid):
+        return True
+    return allowed and not os.path.exists(f"/proc/{splat.pid}")
 
 
 def _golden_test_name(item: pytest.Item) -> str:

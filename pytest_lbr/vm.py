@@ -3,7 +3,8 @@
 Host side (`pytest-lbr vm --kernel 6.1 --kernel 6.12 -- PYTEST ARGS`): picks
 each kernel image, KVM or TCG, LBR passthrough where the host has it, runs one
 `vng` guest per kernel (side by side, bounded by the host's cores), watches for
-boot and for the end, and prints one summary with one exit status (the worst).
+boot and for the end, fails a guest whose kernel log holds a splat its pytest did not
+report, and prints one summary with one exit status (the worst).
 The guest starts in the caller's working directory (virtme-ng shares the host's
 root filesystem read-only), so relative paths and node ids are as on the host;
 only the results directory and `--rw` directories are writable.
@@ -39,7 +40,17 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pytest_lbr.capture.tracer_object import object_arch
-from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, Shard, Tally, read_tally
+from pytest_lbr.guest import (
+    ENV_GUEST,
+    ENV_RESULTS,
+    ENV_STRICT,
+    SPLATS_FILE,
+    Shard,
+    Tally,
+    read_noted_splats,
+    read_tally,
+)
+from pytest_lbr.kernel.kmsg import Splat, find_splats
 from pytest_lbr.symbols.cache import cache_dir
 
 __all__ = [
@@ -54,6 +65,7 @@ __all__ = [
     "main",
     "resolve_kernel",
     "run_vm",
+    "unreported_splats",
     "worst_status",
 ]
 
@@ -380,7 +392,7 @@ def run_vm(
     it did not start within `boot_timeout`, panicked, or ran past `timeout`.
     """
     plan.results.mkdir(parents=True, exist_ok=True)
-    for name in (STARTED, STATUS):
+    for name in (STARTED, STATUS, SPLATS_FILE):
         (plan.results / name).unlink(missing_ok=True)
     console_path = plan.results / "console.log"
     env = dict(os.environ)
@@ -441,17 +453,21 @@ class GuestResult:
     results: Path
     tally: Tally | None = None
     error: str = ""
+    #: Why the guest failed though its command passed (a kernel splat pytest did not see).
+    note: str = ""
 
     def line(self) -> str:
         """One summary line: counts, and the exit status."""
         if self.error:
             return f"{self.label}: no result: {self.error.splitlines()[0]} (exit {self.status})"
+        note = f"; {self.note}" if self.note else ""
         if self.tally is None:
-            return f"{self.label}: exit {self.status} (results in {self.results})"
+            return f"{self.label}: exit {self.status} (results in {self.results}){note}"
         t = self.tally
         return (
             f"{self.label}: {t.passed} passed, {t.failed} failed, {t.skipped} skipped; "
             f"kernel tests ran: {t.kernel_ran} (exit {self.status}; results in {self.results})"
+            + note
         )
 
 
@@ -468,6 +484,26 @@ def worst_status(statuses: Sequence[int]) -> int:
         return _SEVERITY.index(status) if status in _SEVERITY else len(_SEVERITY)
 
     return max(statuses, key=rank)
+
+
+def unreported_splats(results: Path) -> list[Splat]:
+    """Kernel splats in a guest's saved kernel log (dmesg.txt) its pytest did not report:
+    at boot, before or after the session, or in a command run with --exec."""
+    try:
+        text = (results / "dmesg.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    noted = read_noted_splats(results)
+    return [splat for splat in find_splats(text.splitlines()) if splat.key not in noted]
+
+
+def _splats_off(pytest_args: Sequence[str]) -> bool:
+    for i, arg in enumerate(pytest_args):
+        if arg == "--lbr-kernel-splats=off" or (
+            arg == "--lbr-kernel-splats" and pytest_args[i + 1 : i + 2] == ["off"]
+        ):
+            return True
+    return False
 
 
 def bisect_status(status: int) -> int:
@@ -664,7 +700,15 @@ def _run_one(plan: VmPlan, args: argparse.Namespace, prefix: str | None) -> Gues
         _say(f"error: {exc}")
         return GuestResult(plan.label, EXIT_NO_GUEST, plan.results, error=str(exc))
     tally = None if args.execute is not None else read_tally(plan.results)
-    return GuestResult(plan.label, status, plan.results, tally)
+    result = GuestResult(plan.label, status, plan.results, tally)
+    splats = unreported_splats(plan.results) if getattr(args, "check_splats", True) else []
+    for splat in splats:
+        _say(f"{plan.label}: kernel splat no test reported:\n  " + "\n  ".join(splat.lines))
+    if splats:
+        result.note = f"kernel splat no test reported: {splats[0].summary}"
+        if status in (0, 5):  # a worse status already says the guest failed
+            result.status = 1
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -689,6 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for plan in plans:
             print(shlex.join(plan.command))
         return 0
+    args.check_splats = not _splats_off(pytest_args)
     busiest = max(plan.host_cpus for plan in plans)
     jobs = args.jobs or max(1, (os.cpu_count() or 1) // max(1, busiest))
     prefixed = len(plans) > 1 and jobs > 1
