@@ -94,8 +94,14 @@ def write_bundle(bundle: Bundle, out_dir: Path) -> tuple[Path, Path]:
 
 
 def _environment(facts: _facts.LbrFacts, lbr_reason: str) -> dict[str, Any]:
-    from pytest_lbr import __version__
+    from importlib import metadata
+
     from pytest_lbr.libbpf import libbpf_version
+
+    try:
+        version = metadata.version("pytest-lbr")  # the installed distribution's
+    except metadata.PackageNotFoundError:
+        version = "not installed"
 
     try:
         libbpf = ".".join(map(str, libbpf_version() or ())) or "< 0.6"
@@ -103,7 +109,7 @@ def _environment(facts: _facts.LbrFacts, lbr_reason: str) -> dict[str, Any]:
         libbpf = f"not loadable: {exc}"
     uname = os.uname()
     return {
-        "pytest_lbr": __version__,
+        "pytest_lbr": version,
         "kernel": uname.release,
         "kernel_version": uname.version,
         "machine": uname.machine,
