@@ -158,14 +158,37 @@ def run_selftest(
             add(Result(name, FAIL, why) if os.geteuid() == 0 else not_available(name, why))
         return bundle
     with prog:
-        symbol = _jit_lines(prog, vmlinux, add)
-        graph = _graph(prog, symbol, vmlinux, add)
-        if not cap.available:
-            for name in LBR_ITEMS:
-                add(not_available(name, cap.reason))
-            return bundle
-        _lbr(prog, symbol, facts, graph, vmlinux, add)
+        symbol = _program.NAME
+        try:
+            symbol = _jit_lines(prog, vmlinux, add)
+        except Exception as exc:  # a check must answer, not end the selftest
+            add(_crashed("JIT lines", exc))
+        graph: Tracer | None = None
+        try:
+            graph = _graph(prog, symbol, vmlinux, add)
+        except Exception as exc:
+            add(_crashed("graph backend", exc))
+        try:
+            if not cap.available:
+                for name in LBR_ITEMS:
+                    add(not_available(name, cap.reason))
+                return bundle
+            done = len(bundle.results)
+            try:
+                _lbr(prog, symbol, facts, graph, vmlinux, add)
+            except Exception as exc:
+                decided = {r.name for r in bundle.results[done:]}
+                for name in LBR_ITEMS:
+                    if name not in decided:
+                        add(_crashed(name, exc))
+        finally:
+            if graph is not None:
+                graph.close()
     return bundle
+
+
+def _crashed(name: str, exc: Exception) -> Result:
+    return Result(name, FAIL, f"the check failed to run: {type(exc).__name__}: {exc}")
 
 
 def _jit_lines(prog: _program.SelftestProgram, vmlinux: str | None, add: Any) -> str:
@@ -226,7 +249,6 @@ def _lbr(
         stack.callback(lbr.close)
         graph_trace: Trace | None = None
         if graph is not None:
-            stack.callback(graph.close)
             graph_trace = stack.enter_context(graph.trace(prog))
         # Armed innermost: the LBR snapshot is taken closest to the program's run.
         with lbr.trace(prog) as lbr_trace:

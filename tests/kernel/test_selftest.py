@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.kernel import perf
+from pytest_lbr.selftest.program import load_program
 from pytest_lbr.selftest.run import BUNDLE_JSON, BUNDLE_TEXT, LBR_ITEMS
+from pytest_lbr.selftest.verdicts import FAIL, snapshot_depth
+from pytest_lbr.targets import parse_targets
 from tests.commands import PYTEST_LBR
 
 pytestmark = pytest.mark.kernel
@@ -53,3 +58,27 @@ def test_selftest_reports_every_item_and_writes_the_bundle(tmp_path: Path) -> No
     assert any(line.startswith("[ok] BTF") for line in bundle["doctor"])
     text = (out / BUNDLE_TEXT).read_text()
     assert all(f"[{s}] {n}: {d}" in text for n, (s, d) in items.items())
+
+
+@pytest.mark.skipif(HAS_LBR, reason="this machine has LBR: the selftest itself runs this path")
+def test_lbr_path_runs_on_the_selftest_program() -> None:
+    # The LBR capture on real hooks with the branch events on a software clock
+    # (no PMU here): the hand-assembled program takes an fexit, the hit comes with
+    # the helper's -ENOENT and no records, and the depth verdict says so.
+    with load_program() as prog:
+        capture = LbrCapture(
+            parse_targets([prog]), check=False, open_events=perf.software_branch_events
+        )
+        try:
+            capture.start()
+            assert prog.run().retval == 2  # XDP_PASS
+            trace = capture.stop()
+        finally:
+            capture.close()
+    (hit,) = trace.hits
+    assert hit.retval == 2 and hit.raw_branches == []
+    assert any(n.startswith("LBR: snapshot failed on 1 hits (-2)") for n in trace.notes), (
+        trace.notes
+    )
+    depth = snapshot_depth([len(h.raw_branches) for h in trace.hits], None)
+    assert depth.status == FAIL and depth.detail.startswith("every snapshot was empty")
