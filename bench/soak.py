@@ -223,9 +223,10 @@ def soak(
     every: int = 200,
     kinds: Sequence[str] = KINDS,
     progress: Callable[[str], None] | None = None,
+    warmup: int = WARMUP_TURNS,
 ) -> SoakResult:
-    """`cycles` cycles of `kinds` in turn (after `WARMUP_TURNS` turns more) on one
-    session of `backend`, measured."""
+    """`cycles` cycles of `kinds` in turn (after `warmup` turns of every kind more) on
+    one session of `backend`, measured."""
     from pytest_lbr.capture import CaptureError
     from pytest_lbr.tracer import Tracer
 
@@ -239,7 +240,7 @@ def soak(
         session = session_backend(backend)
         try:
             turn = 0
-            for i in range(-WARMUP_TURNS * len(todo), cycles):
+            for i in range(-warmup * len(todo), cycles):
                 if not todo:
                     raise RuntimeError(f"{backend}: every kind was skipped: {result.skipped}")
                 kind = todo[turn % len(todo)]
@@ -350,6 +351,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cycles", type=int, default=2000, help="cycles per backend (default 2000)")
     ap.add_argument("--every", type=int, default=200, help="measure every N cycles (default 200)")
     ap.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP_TURNS,
+        help=f"turns of every kind before the baseline (default {WARMUP_TURNS})",
+    )
+    ap.add_argument(
         "--backend", action="append", choices=BACKENDS, help="repeat for several (default: both)"
     )
     ap.add_argument(
@@ -361,8 +368,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="write the results as JSON to this file")
     ap.add_argument("--markdown", type=Path, help="write the tables as markdown to this file")
     args = ap.parse_args(argv)
-    if args.cycles < 1 or args.every < 1:
-        ap.error("--cycles and --every must be at least 1")
+    if args.cycles < 1 or args.every < 1 or args.warmup < 0:
+        ap.error("--cycles and --every must be at least 1, --warmup at least 0")
     if results:
         args.out = args.out or Path(results) / "soak.json"
         args.markdown = args.markdown or Path(results) / "soak.md"
@@ -376,7 +383,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for backend in args.backend or BACKENDS:
         kinds = args.kind or KINDS
         results.append(
-            soak(backend, args.cycles, args.every, kinds, lambda s: print(s, flush=True))
+            soak(
+                backend,
+                args.cycles,
+                args.every,
+                kinds,
+                lambda s: print(s, flush=True),
+                warmup=args.warmup,
+            )
         )
         save_json(
             args.out,

@@ -42,6 +42,8 @@ __all__ = ["main", "parse_args", "parse_symbolize_table", "render"]
 BENCH = REPO / "bench"
 RESULTS_MD = BENCH / "RESULTS.md"
 SYMBOLIZE_MD = BENCH / "RESULTS-symbolize.md"
+#: bench/soak.py's last run (it runs alone, not in bench/run): --out and --markdown.
+SOAK_JSON, SOAK_MD = BENCH / "RESULTS-soak.json", BENCH / "RESULTS-soak.md"
 PY = sys.executable
 
 #: Targets from issue 7 (ratios measured in the same run).
@@ -62,6 +64,7 @@ LIMITS = {
     "startup": "the plugin imports its session module and trace model at start-up "
     "(a few ms) even without traced tests",
     "loss": "see the throughput table: lost != true loss means the lost counter misses drops",
+    "soak": "see section 6: the count that grew, and RSS",
     "pertest": "see section 3: each trace of a program loads, verifies and attaches the "
     "fexit hook that gives its return value (~0.1-0.2 s under TCG), and reads, parses and "
     "symbolizes the ring buffer's text in Python",
@@ -356,6 +359,22 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD) -> str:
     else:
         add("trace.lost == true loss", "every run", "-", "not measured", "loss")
 
+    # 6. soak (issue 19)
+    soak = load_json(results / "soak.json") or load_json(SOAK_JSON)
+    for b in (soak or {}).get("backends", []):
+        grew = {k: v for k, v in b["growth"].items() if k != "rss_kib" and v > 0}
+        rss = b["growth"]["rss_kib"] / 1024
+        add(
+            f"soak, {b['backend']} backend, {b['cycles']:,} cycles",
+            "no kernel object or fd grows; RSS < 5 MB after warm-up",
+            f"{', '.join(f'{k} +{v}' for k, v in grew.items()) or 'nothing grew'}; "
+            f"RSS {rss:+.2f} MiB",
+            "missed" if b["problems"] else "met",  # growth, RSS, left behind, wrong hits
+            "soak",
+        )
+    if not soak:
+        add("soak", "no growth", "-", "not measured", "soak")
+
     out = [
         "# pytest-lbr benchmarks",
         "",
@@ -379,7 +398,25 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD) -> str:
     out += _pertest_section(by_kernel, startup)
     out += _throughput_section(thr)
     out += _graph_section(graph)
+    out += _soak_section(results / "soak.md" if (results / "soak.md").exists() else SOAK_MD)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _soak_section(source: Path) -> list[str]:
+    out = ["## 6. Soak (6.12 guest)", ""]
+    if not source.exists():
+        return [*out, "Not run.", ""]
+    body = [ln for ln in source.read_text().splitlines() if not ln.startswith("# ")]
+    title = next((ln[2:] for ln in source.read_text().splitlines() if ln.startswith("# ")), "")
+    return [
+        *out,
+        f"From bench/soak.py ({title or source.name}; its own run, not part of bench/run). "
+        "Counts at the start, after the warm-up (the baseline), every 200 cycles, at the end "
+        "and after the backend is closed:",
+        "",
+        *body,
+        "",
+    ]
 
 
 def _symbolize_section(text: str, source: Path) -> list[str]:
