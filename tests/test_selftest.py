@@ -1,8 +1,9 @@
 """The selftest's verdicts on LBR records built from real code addresses.
 
 No machine here has LBR, so the records are synthesized the way the CPU would
-give them around an fexit on the selftest's own program: every address is real,
-the program's calls are read from its JIT image as loaded on this host (capstone),
+give them around an fexit on the selftest's own program (bpf/lbr_selftest.bpf.c,
+built by clang and loaded through libbpf): every address is real, the program's
+calls are read from its JIT image as loaded on this host (capstone),
 helpers and the tracer's code are this host's kallsyms, and the whole symbolizer
 names them. Each verdict is checked passing and failing, including a disagreement
 between the backends it must flag.
@@ -31,6 +32,7 @@ from pytest_lbr.selftest.verdicts import (
     FAIL,
     NOT_AVAILABLE,
     PASS,
+    CallSite,
     LbrFacts,
     agreement,
     filter_kinds,
@@ -44,7 +46,7 @@ from pytest_lbr.selftest.verdicts import (
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.kallsyms import KernelSymbols
 from pytest_lbr.tracer import trim_tracer
-from tests.bpf.objects import require_root
+from tests.bpf.objects import SELFTEST_SOURCE, require_root, selftest_call_lines
 
 COND, UNCOND, CALL, IND_CALL, RET = 1, 2, 4, 5, 6  # PERF_BR_*
 
@@ -242,39 +244,54 @@ def test_trimming_that_drops_or_keeps_too_much_fails(snapshot: Snapshot) -> None
 # -- symbols ---------------------------------------------------------------------
 
 
-def _jit_expectation(fd: int) -> dict[int, tuple[str, int]]:
-    from pytest_lbr.kernel.programs import program_details
-
-    details = program_details(fd, lines=True)
-    table = selftest_program.line_table()
-    assert len(details.lines) == len(table)
-    return {
-        a: (selftest_program.FILE, line)
-        for (_, line), (_, a) in zip(table, details.lines, strict=True)
-    }
+@pytest.fixture(scope="module")
+def sites(loaded: selftest_program.SelftestProgram) -> list[CallSite]:
+    return selftest_program.call_sites(loaded.fd, get_symbolizer())
 
 
-def test_jit_addresses_symbolize_to_the_programs_lines(
-    loaded: selftest_program.SelftestProgram,
-) -> None:
-    expected = _jit_expectation(loaded.fd)
-    located = get_symbolizer().locate_many(expected)
-    r = jit_lines(expected, located)
-    assert r.status == PASS
-    assert r.detail == "4 JIT addresses -> lbr_selftest.bpf.c lines 1,3,4,5"
-    assert [line for _, line in expected.values()] == [1, 3, 4, 5]
-    source = selftest_program.SOURCE.splitlines()
-    assert "bpf_csum_diff" in source[3 - 1] and "XDP_PASS" in source[5 - 1]
+def test_helper_calls_symbolize_to_their_source_lines(sites: list[CallSite]) -> None:
+    csum, adjust = selftest_call_lines(*selftest_program.CALLEES)
+    r = jit_lines(sites, selftest_program.CALLEES, selftest_program.FILE)
+    assert r.status == PASS, r.detail
+    assert r.detail == (
+        f"calls in the JIT image: bpf_csum_diff at lbr_selftest.bpf.c:{csum}, "
+        f"bpf_xdp_adjust_head at lbr_selftest.bpf.c:{adjust}; each line's text names its helper"
+    )
+    # the call instructions, named by the symbolizer as a traced branch's source is
+    assert [s.callee for s in sites] == list(selftest_program.CALLEES)
+    assert all(s.location.symbol == selftest_program.NAME for s in sites)
+    assert all(s.location.file.endswith("bpf/lbr_selftest.bpf.c") for s in sites)  # type: ignore[union-attr]
+    # the text BTF keeps is the source file's line
+    source = SELFTEST_SOURCE.read_text().splitlines()
+    assert [s.text for s in sites] == [source[csum - 1], source[adjust - 1]]
 
 
-def test_a_wrong_line_is_flagged(loaded: selftest_program.SelftestProgram) -> None:
-    expected = _jit_expectation(loaded.fd)
-    located = get_symbolizer().locate_many(expected)
-    last = max(expected)
-    shifted = {**expected, last: (selftest_program.FILE, 6)}
-    r = jit_lines(shifted, located)
-    assert (r.status, r.value) == (FAIL, 1) and "want lbr_selftest.bpf.c:6" in r.detail
-    assert jit_lines(expected, {}).status == FAIL
+def test_wrong_call_sites_are_flagged(sites: list[CallSite]) -> None:
+    csum, adjust = sites
+    file, callees = selftest_program.FILE, selftest_program.CALLEES
+
+    def at(site: CallSite, **change: object) -> CallSite:
+        return dataclasses.replace(site, location=dataclasses.replace(site.location, **change))
+
+    swapped = jit_lines([csum, at(adjust, line=csum.location.line)], callees, file)
+    assert swapped.status == FAIL
+    assert swapped.detail.startswith("the bpf_xdp_adjust_head call is on lbr_selftest.bpf.c:")
+    assert "not after the bpf_csum_diff call's line" in swapped.detail
+    elsewhere = jit_lines([at(csum, file="net/core/filter.c"), adjust], callees, file)
+    assert elsewhere.status == FAIL and "symbolizes to net/core/filter.c:" in elsewhere.detail
+    no_line = jit_lines([csum, at(adjust, file=None, line=None)], callees, file)
+    assert no_line.status == FAIL and "symbolizes to no line" in no_line.detail
+    misnamed = jit_lines(
+        [csum, dataclasses.replace(adjust, text="\treturn XDP_PASS;")], callees, file
+    )
+    assert misnamed.status == FAIL and misnamed.detail.endswith("which reads 'return XDP_PASS;'")
+    missing = jit_lines([csum], callees, file)
+    assert missing.status == FAIL
+    assert missing.detail.startswith("no call to bpf_xdp_adjust_head in the JIT image; its calls: ")
+    assert jit_lines([], callees, file).status == FAIL
+    no_text = [dataclasses.replace(s, text=None) for s in sites]
+    unchecked = jit_lines(no_text, callees, file)
+    assert unchecked.status == PASS and unchecked.detail.endswith("; no line text to check")
 
 
 def test_the_program_runs(loaded: selftest_program.SelftestProgram) -> None:
@@ -360,7 +377,11 @@ def test_selftest_command_writes_the_bundle_here(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert lines[0].startswith(f"pytest-lbr selftest: kernel {os.uname().release}")
     assert lines[1].startswith("[not available] LBR presence: ")  # no machine here has LBR
-    assert "[pass] JIT lines: 4 JIT addresses -> lbr_selftest.bpf.c lines 1,3,4,5" in lines
+    csum, adjust = selftest_call_lines(*selftest_program.CALLEES)
+    assert (
+        f"[pass] JIT lines: calls in the JIT image: bpf_csum_diff at lbr_selftest.bpf.c:{csum}, "
+        f"bpf_xdp_adjust_head at lbr_selftest.bpf.c:{adjust}; each line's text names its helper"
+    ) in lines
     assert lines[-1] == f"bundle: {tmp_path / 'b/selftest.json'} {tmp_path / 'b/selftest.txt'} " \
         "(attach both to an issue)"  # fmt: skip
     bundle = json.loads((tmp_path / "b/selftest.json").read_text())
