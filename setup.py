@@ -1,4 +1,5 @@
-"""Builds the LBR tracer's BPF objects into the package while the wheel is built.
+"""Builds the BPF objects (the LBR tracer, the selftest's program) into the package while
+the wheel is built.
 
 Everything else is declared in pyproject.toml. The objects are BPF bytecode
 (architecture neutral), so the wheel stays `py3-none-any`; building needs clang
@@ -29,7 +30,7 @@ class BuildPyWithTracer(build_py):
         missing = [tool for tool in ("make", "clang") if shutil.which(tool) is None]
         if missing:
             raise SystemExit(
-                f"building pytest-lbr needs {' and '.join(missing)} to compile its BPF tracer "
+                f"building pytest-lbr needs {' and '.join(missing)} to compile its BPF programs "
                 "(apt-get install clang make libbpf-dev)"
             )
         subprocess.run(["make", "-s", "-C", str(HERE / "bpf"), f"PKG_DIR={out}"], check=True)

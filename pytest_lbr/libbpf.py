@@ -373,8 +373,9 @@ class bpf_test_run_opts(Structure):  # noqa: N801 -- libbpf name
 
 # libbpf_set_print() is process-wide: one lock serialises the sections that
 # redirect it, and the callback object stays referenced while libbpf holds it.
+# Reentrant: a section may open inside another (a doctor check that attaches).
 _PRINT_FN = ctypes.CFUNCTYPE(c_int, c_int, c_char_p, c_void_p)
-_print_lock = threading.Lock()
+_print_lock = threading.RLock()
 _print_sink: list[str] | None = None
 _LIBBPF_INFO = 1  # enum libbpf_print_level: WARN 0, INFO 1, DEBUG 2 (dropped)
 
@@ -413,10 +414,12 @@ def libbpf_messages() -> Iterator[list[str]]:
     printing them to stderr, for the duration of the block.
 
     The yielded list fills with one string per message; the previous print
-    callback is restored on exit.
+    callback is restored on exit. Blocks nest: the innermost collects, and the
+    outer one collects again once it ends.
     """
     global _print_sink
     with _print_lock:
+        outer = _print_sink
         sink: list[str] = []
         _print_sink = sink
         old = lib.libbpf_set_print(ctypes.cast(_print_cb, c_void_p))
@@ -424,4 +427,4 @@ def libbpf_messages() -> Iterator[list[str]]:
             yield sink
         finally:
             lib.libbpf_set_print(old)
-            _print_sink = None
+            _print_sink = outer

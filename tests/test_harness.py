@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import BpfLoader, BpfLoadError, BpfObject, RunResult
-from pytest_lbr.libbpf import BpfError, lib
+from pytest_lbr.libbpf import BpfError, lib, libbpf_messages
 from tests.bpf.objects import (
     LAST_CPU,
     LAST_CSUM,
@@ -189,6 +189,32 @@ def test_verifier_rejection_carries_log(loader):
     assert err.errno == errno.EACCES
     assert "invalid access to packet" in err.verifier_log
     assert "bad_access" in str(err)
+
+
+def test_verifier_log_inside_another_libbpf_messages_block(loader):
+    # The doctor collects libbpf's messages around each check, and a check that
+    # loads or attaches collects them again inside: the inner block gets the log,
+    # the outer one keeps collecting after it (this deadlocked with a plain Lock).
+    import threading
+
+    logs: dict[str, object] = {}
+
+    def nested() -> None:
+        with libbpf_messages() as outer:
+            with pytest.raises(BpfLoadError) as info:
+                loader.load(bpf_object("bad_verifier"))
+            logs["inner"] = info.value.verifier_log
+            logs["outer_during"] = list(outer)
+            assert not lib.bpf_object__open_file(b"/etc/passwd", None)  # libbpf says why
+            logs["outer_after"] = "".join(outer)
+
+    worker = threading.Thread(target=nested, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "libbpf_messages deadlocked when nested"
+    assert "invalid access to packet" in logs["inner"]
+    assert logs["outer_during"] == []
+    assert logs["outer_after"] == "libbpf: elf: '/etc/passwd' is not a proper ELF object\n"
 
 
 def test_relative_path_uses_base_dir(tmp_path):

@@ -1,8 +1,9 @@
 """The selftest's verdicts on LBR records built from real code addresses.
 
 No machine here has LBR, so the records are synthesized the way the CPU would
-give them around an fexit on the selftest's own program: every address is real,
-the program's calls are read from its JIT image as loaded on this host (capstone),
+give them around an fexit on the selftest's own program (bpf/lbr_selftest.bpf.c,
+built by clang and loaded through libbpf): every address is real, the program's
+calls are read from its JIT image as loaded on this host (capstone),
 helpers and the tracer's code are this host's kallsyms, and the whole symbolizer
 names them. Each verdict is checked passing and failing, including a disagreement
 between the backends it must flag.
@@ -31,6 +32,7 @@ from pytest_lbr.selftest.verdicts import (
     FAIL,
     NOT_AVAILABLE,
     PASS,
+    CallSite,
     LbrFacts,
     agreement,
     filter_kinds,
@@ -44,7 +46,7 @@ from pytest_lbr.selftest.verdicts import (
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.kallsyms import KernelSymbols
 from pytest_lbr.tracer import trim_tracer
-from tests.bpf.objects import require_root
+from tests.bpf.objects import SELFTEST_SOURCE, require_root, selftest_call_lines
 
 COND, UNCOND, CALL, IND_CALL, RET = 1, 2, 4, 5, 6  # PERF_BR_*
 
@@ -242,39 +244,54 @@ def test_trimming_that_drops_or_keeps_too_much_fails(snapshot: Snapshot) -> None
 # -- symbols ---------------------------------------------------------------------
 
 
-def _jit_expectation(fd: int) -> dict[int, tuple[str, int]]:
-    from pytest_lbr.kernel.programs import program_details
-
-    details = program_details(fd, lines=True)
-    table = selftest_program.line_table()
-    assert len(details.lines) == len(table)
-    return {
-        a: (selftest_program.FILE, line)
-        for (_, line), (_, a) in zip(table, details.lines, strict=True)
-    }
+@pytest.fixture(scope="module")
+def sites(loaded: selftest_program.SelftestProgram) -> list[CallSite]:
+    return selftest_program.call_sites(loaded.fd, get_symbolizer())
 
 
-def test_jit_addresses_symbolize_to_the_programs_lines(
-    loaded: selftest_program.SelftestProgram,
-) -> None:
-    expected = _jit_expectation(loaded.fd)
-    located = get_symbolizer().locate_many(expected)
-    r = jit_lines(expected, located)
-    assert r.status == PASS
-    assert r.detail == "4 JIT addresses -> lbr_selftest.bpf.c lines 1,3,4,5"
-    assert [line for _, line in expected.values()] == [1, 3, 4, 5]
-    source = selftest_program.SOURCE.splitlines()
-    assert "bpf_csum_diff" in source[3 - 1] and "XDP_PASS" in source[5 - 1]
+def test_helper_calls_symbolize_to_their_source_lines(sites: list[CallSite]) -> None:
+    csum, adjust = selftest_call_lines(*selftest_program.CALLEES)
+    r = jit_lines(sites, selftest_program.CALLEES, selftest_program.FILE)
+    assert r.status == PASS, r.detail
+    assert r.detail == (
+        f"calls in the JIT image: bpf_csum_diff at lbr_selftest.bpf.c:{csum}, "
+        f"bpf_xdp_adjust_head at lbr_selftest.bpf.c:{adjust}; each line's text names its helper"
+    )
+    # the call instructions, named by the symbolizer as a traced branch's source is
+    assert [s.callee for s in sites] == list(selftest_program.CALLEES)
+    assert all(s.location.symbol == selftest_program.NAME for s in sites)
+    assert all(s.location.file.endswith("bpf/lbr_selftest.bpf.c") for s in sites)  # type: ignore[union-attr]
+    # the text BTF keeps is the source file's line
+    source = SELFTEST_SOURCE.read_text().splitlines()
+    assert [s.text for s in sites] == [source[csum - 1], source[adjust - 1]]
 
 
-def test_a_wrong_line_is_flagged(loaded: selftest_program.SelftestProgram) -> None:
-    expected = _jit_expectation(loaded.fd)
-    located = get_symbolizer().locate_many(expected)
-    last = max(expected)
-    shifted = {**expected, last: (selftest_program.FILE, 6)}
-    r = jit_lines(shifted, located)
-    assert (r.status, r.value) == (FAIL, 1) and "want lbr_selftest.bpf.c:6" in r.detail
-    assert jit_lines(expected, {}).status == FAIL
+def test_wrong_call_sites_are_flagged(sites: list[CallSite]) -> None:
+    csum, adjust = sites
+    file, callees = selftest_program.FILE, selftest_program.CALLEES
+
+    def at(site: CallSite, **change: object) -> CallSite:
+        return dataclasses.replace(site, location=dataclasses.replace(site.location, **change))
+
+    swapped = jit_lines([csum, at(adjust, line=csum.location.line)], callees, file)
+    assert swapped.status == FAIL
+    assert swapped.detail.startswith("the bpf_xdp_adjust_head call is on lbr_selftest.bpf.c:")
+    assert "not after the bpf_csum_diff call's line" in swapped.detail
+    elsewhere = jit_lines([at(csum, file="net/core/filter.c"), adjust], callees, file)
+    assert elsewhere.status == FAIL and "symbolizes to net/core/filter.c:" in elsewhere.detail
+    no_line = jit_lines([csum, at(adjust, file=None, line=None)], callees, file)
+    assert no_line.status == FAIL and "symbolizes to no line" in no_line.detail
+    misnamed = jit_lines(
+        [csum, dataclasses.replace(adjust, text="\treturn XDP_PASS;")], callees, file
+    )
+    assert misnamed.status == FAIL and misnamed.detail.endswith("which reads 'return XDP_PASS;'")
+    missing = jit_lines([csum], callees, file)
+    assert missing.status == FAIL
+    assert missing.detail.startswith("no call to bpf_xdp_adjust_head in the JIT image; its calls: ")
+    assert jit_lines([], callees, file).status == FAIL
+    no_text = [dataclasses.replace(s, text=None) for s in sites]
+    unchecked = jit_lines(no_text, callees, file)
+    assert unchecked.status == PASS and unchecked.detail.endswith("; no line text to check")
 
 
 def test_the_program_runs(loaded: selftest_program.SelftestProgram) -> None:
@@ -360,7 +377,11 @@ def test_selftest_command_writes_the_bundle_here(tmp_path: Path) -> None:
     lines = out.splitlines()
     assert lines[0].startswith(f"pytest-lbr selftest: kernel {os.uname().release}")
     assert lines[1].startswith("[not available] LBR presence: ")  # no machine here has LBR
-    assert "[pass] JIT lines: 4 JIT addresses -> lbr_selftest.bpf.c lines 1,3,4,5" in lines
+    csum, adjust = selftest_call_lines(*selftest_program.CALLEES)
+    assert (
+        f"[pass] JIT lines: calls in the JIT image: bpf_csum_diff at lbr_selftest.bpf.c:{csum}, "
+        f"bpf_xdp_adjust_head at lbr_selftest.bpf.c:{adjust}; each line's text names its helper"
+    ) in lines
     assert lines[-1] == f"bundle: {tmp_path / 'b/selftest.json'} {tmp_path / 'b/selftest.txt'} " \
         "(attach both to an issue)"  # fmt: skip
     bundle = json.loads((tmp_path / "b/selftest.json").read_text())
@@ -385,112 +406,3 @@ def test_compare_needs_report_directories(tmp_path: Path) -> None:
         f"pytest-lbr: error: {tmp_path} is not a trace report directory (no .parts/): write "
         f"one with pytest --lbr --lbr-backend=lbr --lbr-report={tmp_path}"
     )
-
-
-# -- arm64 (issue 18): symbols and disassembly of arm64 ELF built here -----------
-#
-# The LBR selftest's arm64 answer is "not available" (no bpf_get_branch_snapshot for
-# BRBE in mainline); what arm64 users get is the graph backend, whose traces need
-# arm64 symbols and disassembly. These run on any host with clang and an aarch64
-# linker (Debian: binutils-aarch64-linux-gnu).
-
-INLINE_C = Path(__file__).parent / "data" / "inline.c"
-
-
-def _arm64_elf(tmp: Path, *flags: str) -> Path:
-    import shutil
-    import subprocess
-
-    if shutil.which("clang") is None:
-        pytest.skip("clang is not installed")
-    out = tmp / "inline.arm64"
-    cmd = ["clang", "--target=aarch64-linux-gnu", "-g", "-O2", "-gdwarf-5", "-ffreestanding"]
-    cmd += ["-nostdlib", "-static", "-Wl,-e,main", *flags, "-o", str(out), str(INLINE_C)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0 and "linker" in res.stderr:
-        pytest.skip(f"no aarch64 linker (apt-get install binutils-aarch64-linux-gnu): {res.stderr}")
-    assert res.returncode == 0, res.stderr
-    return out
-
-
-@pytest.fixture(scope="module")
-def arm64_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # clang writes .debug_aranges only when asked; gcc (Debian's kernels) always does.
-    return _arm64_elf(tmp_path_factory.mktemp("arm64"), "-gdwarf-aranges")
-
-
-def test_arm64_elf_is_arm64(arm64_elf: Path) -> None:
-    from pytest_lbr.capture.tracer_object import object_arch
-
-    header = arm64_elf.read_bytes()[:20]
-    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
-    assert object_arch("aarch64") == "arm64"
-
-
-@pytest.mark.parametrize("use_llvm", [False, True], ids=["pyelftools", "llvm-symbolizer"])
-def test_arm64_lines_and_inlined_frames(arm64_elf: Path, use_llvm: bool) -> None:
-    from pytest_lbr.symbols.vmlinux import VmlinuxLines
-
-    vm = VmlinuxLines(arm64_elf, use_llvm=use_llvm, cache=False)
-    if use_llvm and vm._llvm is None:
-        pytest.skip("llvm-symbolizer is not installed (Debian package llvm)")
-    starts, sizes, names = vm.functions()
-    size = dict(zip(names, sizes, strict=True))["compute"]
-    start = vm.symbol_address("compute")
-    assert start is not None and start % 4 == 0  # A64 instructions are 4 bytes, aligned
-    frames = vm.lookup(range(start, start + size, 4))
-    chains = [f for f in frames.values() if f]
-    assert len(chains) == size // 4, "every instruction of compute() has a line"
-    deepest = max(chains, key=len)
-    # square() inlined into sum_squares() inlined into compute(), as on x86-64
-    assert [f.function for f in deepest] == ["square", "sum_squares", "compute"]
-    assert all(f.file.endswith("inline.c") for f in deepest)
-    assert deepest[0].line == 4 and deepest[1].line == 9 and deepest[2].line in (15, 16)
-
-
-def test_arm64_both_line_readers_agree(arm64_elf: Path) -> None:
-    from pytest_lbr.symbols.vmlinux import VmlinuxLines
-
-    llvm = VmlinuxLines(arm64_elf, cache=False)
-    if llvm._llvm is None:
-        pytest.skip("llvm-symbolizer is not installed (Debian package llvm)")
-    py = VmlinuxLines(arm64_elf, use_llvm=False, cache=False)
-    starts, sizes, _ = llvm.functions()
-    addrs = [a for s, z in zip(starts, sizes, strict=True) for a in range(s, s + z, 4)]
-    assert addrs and py.lookup(addrs) == llvm.lookup(addrs)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="symbols/dwarf.py finds a unit through .debug_aranges only; clang omits them "
-    "unless -gdwarf-aranges (x86-64 too), so without llvm-symbolizer such a binary has no lines",
-)
-def test_arm64_lines_without_aranges(tmp_path: Path) -> None:
-    from pytest_lbr.symbols.vmlinux import VmlinuxLines
-
-    elf = _arm64_elf(tmp_path)
-    vm = VmlinuxLines(elf, use_llvm=False, cache=False)
-    start = vm.symbol_address("compute")
-    assert start is not None
-    assert vm.lookup([start])[start]
-
-
-def test_arm64_disassembly_of_the_elf(arm64_elf: Path) -> None:
-    from pytest_lbr.symbols.disasm import VmlinuxText, disassemble, instruction_at
-    from pytest_lbr.symbols.elf import ElfFunctions
-    from pytest_lbr.symbols.vmlinux import VmlinuxLines
-
-    funcs = ElfFunctions(arm64_elf)
-    main_at, compute_at = funcs.address("main"), funcs.address("compute")
-    _, sizes, names = VmlinuxLines(arm64_elf, cache=False).functions()
-    text = VmlinuxText(str(arm64_elf))
-    code = text.read(main_at, dict(zip(names, sizes, strict=True))["main"])
-    insns = disassemble(code, main_at, "arm64")
-    assert sum(i.size for i in insns) == len(code) and {i.size for i in insns} == {4}
-    (call,) = [i for i in insns if i.mnemonic in ("bl", "b")]  # main calls compute (or tail-calls)
-    assert call.operands == f"#{compute_at:#x}"
-    assert insns[-1].mnemonic in ("ret", "b")
-    # a branch source address decodes to the branch itself (pytest-lbr trace --disasm)
-    found = instruction_at(call.addr, main_at, text.read, "arm64")
-    assert found is not None and found.mnemonic == call.mnemonic
-    assert instruction_at(call.addr + 2, main_at, text.read, "arm64") is None

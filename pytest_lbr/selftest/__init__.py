@@ -3,8 +3,9 @@
 One line per check, pass / fail / not available with the reason, and a bundle
 (JSON + text) to attach to an issue. Split by job: `verdicts` (plain functions
 from records to results, host-testable), `facts` (what the machine says about
-itself), `program` (the test program, assembled with its line table), `run`
-(the live run and the bundle), `compare` (two report directories, LBR vs graph).
+itself), `program` (the test program built from bpf/lbr_selftest.bpf.c, and its
+helper calls), `run` (the live run and the bundle), `compare` (two report
+directories, LBR vs graph).
 """
 
 from __future__ import annotations

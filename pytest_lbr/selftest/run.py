@@ -192,30 +192,13 @@ def _crashed(name: str, exc: Exception) -> Result:
 
 
 def _jit_lines(prog: _program.SelftestProgram, vmlinux: str | None, add: Any) -> str:
-    """Check the JIT lines; return the program's symbol as the symbolizer names it."""
-    from pytest_lbr.kernel.programs import program_details
+    """Check the lines of the program's helper calls; return the program's symbol as the
+    symbolizer names it."""
     from pytest_lbr.symbols import get_symbolizer
 
-    details = program_details(prog.fd, lines=True)
-    table = _program.line_table()
-    if len(details.lines) != len(table):
-        add(
-            Result(
-                "JIT lines",
-                FAIL,
-                f"the kernel kept {len(details.lines)} of the program's {len(table)} line records",
-            )
-        )
-        return _program.NAME
-    # jited_line_info is 1:1 with line_info, in the order the program gave it.
-    expected = {
-        addr: (_program.FILE, line)
-        for (_, line), (_, addr) in zip(table, details.lines, strict=True)
-    }
-    located = get_symbolizer(vmlinux).locate_many(expected)
-    add(jit_lines(expected, located))
-    start = located.get(min(expected)) if expected else None
-    return (start.symbol if start else None) or _program.NAME
+    sites = _program.call_sites(prog.fd, get_symbolizer(vmlinux))
+    add(jit_lines(sites, _program.CALLEES, _program.FILE))
+    return next((s.location.symbol for s in sites if s.location.symbol), _program.NAME)
 
 
 def _graph(

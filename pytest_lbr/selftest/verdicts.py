@@ -8,7 +8,7 @@ from real addresses and check every verdict, failures included.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ __all__ = [
     "WASTED_BAR",
     "FAIL",
     "PASS",
+    "CallSite",
     "LbrFacts",
     "Result",
     "agreement",
@@ -241,21 +242,55 @@ def _is_tracer(b: Branch) -> bool:
 # -- symbols ------------------------------------------------------------------------
 
 
-def jit_lines(expected: Mapping[int, tuple[str, int]], located: Mapping[int, Location]) -> Result:
-    """Each JIT address symbolizes to the (file, line) its line record gives."""
+@dataclass(frozen=True)
+class CallSite:
+    """One call in the test program's JIT image: the call instruction as the symbolizer
+    names it, the callee kallsyms names, and the source text BTF keeps for its line."""
+
+    location: Location
+    callee: str | None
+    #: The line's text from the program's BTF line info; None when it carries none.
+    text: str | None = None
+
+
+def jit_lines(sites: Sequence[CallSite], callees: Sequence[str], file: str) -> Result:
+    """Each helper of `callees` is called from a line of `file`, in that order of lines,
+    and where the line info keeps the source text, that line names the helper."""
     name = "JIT lines"
-    if not expected:
-        return Result(name, FAIL, "the program has no JIT line records")
-    wrong = []
-    for addr, (file, line) in sorted(expected.items()):
-        loc = located.get(addr)
-        got = (loc.file, loc.line) if loc is not None else (None, None)
-        if got[0] is None or not got[0].endswith(file) or got[1] != line:
-            wrong.append(f"{addr:#x} -> {loc if loc else '?'}, want {file}:{line}")
-    if wrong:
-        return Result(name, FAIL, f"{len(wrong)} of {len(expected)} wrong: {wrong[0]}", len(wrong))
-    lines = ",".join(str(line) for _, line in sorted(expected.values(), key=lambda v: v[1]))
-    return Result(name, PASS, f"{len(expected)} JIT addresses -> {file} lines {lines}", 0)
+    if not sites:
+        return Result(name, FAIL, "no call found in the program's JIT image")
+    seen = ", ".join(f"{s.callee or '?'} at {s.location.addr:#x}" for s in sites)
+    lines: list[int] = []
+    texts = True  # every line checked had its text
+    for callee in callees:
+        site = next((s for s in sites if s.callee == callee), None)
+        if site is None:
+            return Result(name, FAIL, f"no call to {callee} in the JIT image; its calls: {seen}")
+        loc = site.location
+        if loc.file is None or not loc.file.endswith(file) or loc.line is None:
+            got = loc.source or "no line"
+            return Result(
+                name, FAIL, f"the {callee} call at {loc.addr:#x} symbolizes to {got}, not {file}"
+            )
+        texts = texts and site.text is not None
+        if site.text is not None and callee not in site.text:
+            return Result(
+                name,
+                FAIL,
+                f"the {callee} call at {loc.addr:#x} is on {file}:{loc.line}, which reads "
+                f"{site.text.strip()!r}",
+            )
+        if lines and loc.line <= lines[-1]:
+            return Result(
+                name,
+                FAIL,
+                f"the {callee} call is on {file}:{loc.line}, not after the "
+                f"{callees[len(lines) - 1]} call's line {lines[-1]}",
+            )
+        lines.append(loc.line)
+    shown = ", ".join(f"{c} at {file}:{line}" for c, line in zip(callees, lines, strict=True))
+    named = "; each line's text names its helper" if texts else "; no line text to check"
+    return Result(name, PASS, f"calls in the JIT image: {shown}{named}", 0)
 
 
 # -- the backends against each other -----------------------------------------------

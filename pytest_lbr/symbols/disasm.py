@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,7 @@ __all__ = [
     "VmlinuxText",
     "annotate",
     "branch_instruction",
+    "call_targets",
     "disassemble",
     "disassemble_function",
     "function_code",
@@ -76,6 +77,37 @@ def disassemble(code: bytes, addr: int, arch: str = "x86_64") -> list[Instructio
         Instruction(i.address, i.size, i.mnemonic, i.op_str, bytes(i.bytes))
         for i in md.disasm(code, addr)
     ]
+
+
+def call_targets(insns: Sequence[Instruction], arch: str = "x86_64") -> list[tuple[int, int]]:
+    """(address, target) of every call among `insns` whose target the code itself states.
+
+    x86-64: `call <address>`. arm64: `bl <address>`, and `blr xN` after the `mov`/`movk`
+    sequence that builds xN (how the arm64 BPF JIT calls a helper). Calls through a
+    register or memory whose value the code does not state are left out.
+    """
+    out: list[tuple[int, int]] = []
+    if _ARCHES.get(arch, (None,))[0] == capstone.CS_ARCH_X86:
+        for i in insns:
+            if i.mnemonic == "call" and i.operands.startswith("0x"):
+                out.append((i.addr, int(i.operands, 16)))
+        return out
+    regs: dict[str, int] = {}  # arm64 registers whose value mov/movk stated
+    for i in insns:
+        ops = [o.strip() for o in i.operands.split(",")]
+        if i.mnemonic == "bl" and ops[0].startswith("#"):
+            out.append((i.addr, int(ops[0][1:], 16)))
+        elif i.mnemonic == "blr" and ops[0] in regs:
+            out.append((i.addr, regs[ops[0]]))
+        elif i.mnemonic == "mov" and len(ops) == 2 and ops[1].startswith("#"):
+            regs[ops[0]] = int(ops[1][1:], 0) & (1 << 64) - 1
+        elif i.mnemonic == "movk" and ops[0] in regs and ops[1].startswith("#"):
+            shift = int(ops[2].removeprefix("lsl #"), 0) if len(ops) > 2 else 0
+            keep = regs[ops[0]] & ~(0xFFFF << shift)
+            regs[ops[0]] = keep | int(ops[1][1:], 0) << shift
+        elif ops and ops[0] in regs:
+            del regs[ops[0]]  # anything else writing a register makes its value unknown
+    return out
 
 
 def annotate(

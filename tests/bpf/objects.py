@@ -25,6 +25,20 @@ LAST_CPU = 1
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX = 0, 1, 2, 3
 
 
+#: The selftest's test program (make -C bpf builds it into pytest_lbr/objects/).
+SELFTEST_SOURCE = SRC_DIR.parents[1] / "bpf" / "lbr_selftest.bpf.c"
+
+
+def selftest_call_lines(*helpers: str) -> list[int]:
+    """The line of SELFTEST_SOURCE that calls each helper (`name(` on it, exactly once)."""
+    lines = SELFTEST_SOURCE.read_text().splitlines()
+    out = []
+    for helper in helpers:
+        (n,) = [i for i, text in enumerate(lines, 1) if f"{helper}(" in text]
+        out.append(n)
+    return out
+
+
 def require_root() -> None:
     """Skip unless we may load BPF programs (root)."""
     if os.geteuid() != 0:

@@ -1,5 +1,6 @@
 """`pytest-lbr selftest` in a guest: LBR items "not available" with the probe's reason,
-the test program's JIT lines and the graph backend checked for real, the bundle written."""
+the test program's JIT lines (its helper calls on their lines of bpf/lbr_selftest.bpf.c)
+and the graph backend checked for real, the bundle written."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 
 from pytest_lbr.capture.lbr import LbrCapture
 from pytest_lbr.kernel import perf
-from pytest_lbr.selftest.program import load_program
+from pytest_lbr.selftest.program import CALLEES, load_program
 from pytest_lbr.selftest.run import BUNDLE_JSON, BUNDLE_TEXT, LBR_ITEMS
 from pytest_lbr.selftest.verdicts import FAIL, snapshot_depth
 from pytest_lbr.targets import parse_targets
+from tests.bpf.objects import selftest_call_lines
 from tests.commands import PYTEST_LBR
 
 pytestmark = pytest.mark.kernel
@@ -36,7 +38,12 @@ def test_selftest_reports_every_item_and_writes_the_bundle(tmp_path: Path) -> No
     assert res.returncode == 0, res.stdout + res.stderr
     items = {m[2]: (m[1], m[3]) for m in map(LINE.match, res.stdout.splitlines()) if m}
     assert set(items) == {"LBR presence", "JIT lines", "graph backend", *LBR_ITEMS}
-    assert items["JIT lines"][0] == "pass", items["JIT lines"]
+    csum, adjust = selftest_call_lines(*CALLEES)
+    assert items["JIT lines"] == (
+        "pass",
+        f"calls in the JIT image: bpf_csum_diff at lbr_selftest.bpf.c:{csum}, "
+        f"bpf_xdp_adjust_head at lbr_selftest.bpf.c:{adjust}; each line's text names its helper",
+    )
     assert items["graph backend"] == (
         "pass",
         "lbr_selftest -> bpf_csum_diff, bpf_xdp_adjust_head seen (1 hit(s))",
@@ -63,7 +70,7 @@ def test_selftest_reports_every_item_and_writes_the_bundle(tmp_path: Path) -> No
 @pytest.mark.skipif(HAS_LBR, reason="this machine has LBR: the selftest itself runs this path")
 def test_lbr_path_runs_on_the_selftest_program() -> None:
     # The LBR capture on real hooks with the branch events on a software clock
-    # (no PMU here): the hand-assembled program takes an fexit, the hit comes with
+    # (no PMU here): the selftest's program takes an fexit, the hit comes with
     # the helper's -ENOENT and no records, and the depth verdict says so.
     with load_program() as prog:
         capture = LbrCapture(
