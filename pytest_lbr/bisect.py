@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from types import FrameType
 from typing import Literal, TextIO
 
 from pytest_lbr.bisect_step import (
+    PLAN_FILE,
     BisectPlan,
     StepResult,
     build_command,
@@ -261,6 +263,9 @@ def make_plan(args: argparse.Namespace, cwd: Path) -> tuple[BisectPlan, str, str
             raise BisectError(str(exc)) from None
     git_dir = Path(repo, _git(repo, "rev-parse", "--git-dir"))
     state = (args.logs or git_dir / STATE_DIR).resolve()
+    # The log directory is emptied at the start: never a directory that is not ours.
+    if state.exists() and not (state / PLAN_FILE).exists() and any(state.iterdir()):
+        raise BisectError(f"--logs {state} is not empty and holds no earlier bisection's logs")
     plan = BisectPlan(
         mode=mode,
         repo=str(repo),
@@ -380,17 +385,26 @@ class BisectOutcome:
 
 def _stop(proc: subprocess.Popen[str]) -> None:
     """Stop `git bisect run` and its step: SIGINT to their process group (the step
-    then stops its build, test or guest), SIGKILL if they do not end."""
+    then stops its build, test or guest), SIGKILL to what is left after a while.
+    Returns when the whole group is gone, so the checkout is not restored under a
+    build still running."""
     for sig, wait in ((signal.SIGINT, 60.0), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()  # reap git; the group lives on while its step does
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
             continue
+        break
+    proc.wait()
 
 
 def _run_git_bisect(plan: BisectPlan, log: TextIO) -> None:

@@ -32,6 +32,8 @@ __all__ = [
     "EXIT_BAD",
     "EXIT_GOOD",
     "EXIT_SKIP",
+    "PLAN_FILE",
+    "STEPS_FILE",
     "TRACING_CONFIG",
     "BisectPlan",
     "StepResult",
@@ -222,8 +224,8 @@ def pytest_verdict(status: int, report: SessionReport | None, output: str) -> tu
         first = (failed[1].strip().splitlines() or [""])[-1][:160]
         return "bad", f"{failed[0]} failed, not a golden mismatch: {first}"
     if status == EXIT_SKIP:
-        why = _CANNOT_TRACE.search(output)
-        return "skip", "tracing impossible" + (f": {why.group(1)}" if why else "")
+        cannot = _CANNOT_TRACE.search(output)
+        return "skip", "tracing impossible" + (f": {cannot.group(1)}" if cannot else "")
     meaning = {
         2: "pytest was interrupted (a collection error?)",
         3: "pytest internal error",
@@ -233,7 +235,7 @@ def pytest_verdict(status: int, report: SessionReport | None, output: str) -> tu
     }
     why = meaning.get(status, f"pytest exited {status}")
     error = next((line.strip() for line in output.splitlines() if line.startswith("ERROR")), "")
-    return "skip", f"{why}: {error[:200]}" if error and status != 5 else why
+    return "skip", (f"{why}: {error[:200]}" if error and status != 5 else why)
 
 
 # -- the commands ---------------------------------------------------------------------
