@@ -384,17 +384,18 @@ class BisectOutcome:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    """Stop `git bisect run` and its step: SIGINT to their process group (the step
-    then stops its build, test or guest), SIGKILL to what is left after a while.
-    Returns when the whole group is gone, so the checkout is not restored under a
-    build still running."""
-    for sig, wait in ((signal.SIGINT, 60.0), (signal.SIGKILL, 10.0)):
+    """Stop `git bisect run` and its step: SIGINT to their process group, so the step
+    stops its build, test or guest (a guest runs in its own session: only the
+    `pytest-lbr vm` in the group can stop it). SIGINT again every 2 s reaches what
+    was starting at the first one; SIGKILL after 20 s. Returns when the group is
+    gone, so the checkout is not restored under a build still running."""
+    deadline = time.monotonic() + 20.0
+    while True:
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGINT if time.monotonic() < deadline else signal.SIGKILL)
         except ProcessLookupError:
             break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+        for _ in range(20):
             proc.poll()  # reap git; the group lives on while its step does
             try:
                 os.killpg(proc.pid, 0)

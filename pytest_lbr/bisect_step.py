@@ -363,7 +363,7 @@ def _guest_verdict(plan: BisectPlan, results: Path, output: str) -> tuple[Verdic
             status = int((guest / STATUS).read_text().strip() or -1)
             if status in (0, 1):
                 continue  # this guest gave a verdict; another one did not
-            v, why = pytest_verdict(status, read_test_report(guest / "junit.xml"), console)
+            _, why = pytest_verdict(status, read_test_report(guest / "junit.xml"), console)
             reasons.append(where + why)
         elif panic:
             reasons.append(f"{where}kernel panicked ({panic.group(0).strip()})")
@@ -397,6 +397,9 @@ def _test(plan: BisectPlan, step_dir: Path) -> tuple[Verdict, str, list[tuple[st
     diffs = [d for r in reports if r is not None for d in golden_diffs(r)]
     if status == EXIT_GOOD:
         passed = sum(r.passed for r in reports if r is not None)
+        skipped = sum(r.skipped for r in reports if r is not None)
+        if reports and not passed and skipped:
+            return "skip", f"no test ran ({skipped} skipped)", diffs
         return "good", f"tests passed, golden traces match ({passed} passed)", diffs
     if status == EXIT_BAD:
         failures = [f for r in reports if r is not None for f in r.failures]
