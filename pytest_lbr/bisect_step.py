@@ -376,7 +376,8 @@ def _guest_verdict(plan: BisectPlan, results: Path, output: str) -> tuple[Verdic
     if not reasons:
         reasons.append(f"pytest-lbr vm failed: {vm_error[-1]}" if vm_error else "no guest ran")
     elif vm_error:
-        reasons[-1] += f" [{vm_error[-1].splitlines()[0][:200]}]"
+        # The runner's own words, without where its console log is (the step's log has it).
+        reasons[-1] += f" [{vm_error[-1].split('; console in ')[0][:200]}]"
     return verdict, "; ".join(reasons)
 
 

@@ -418,7 +418,7 @@ def test_a_guest_that_does_not_boot_is_a_skip_never_bad(tmp_path: Path) -> None:
     bogus = tmp_path / "vmlinuz-bogus"
     bogus.write_bytes(b"\x7fELF not really a kernel" * 100)
     repo, commits = _project(
-        tmp_path, [("good", _calls(NULL)), ("middle", _calls(NULL)), ("bad", _calls(ZERO))]
+        tmp_path, [("good", _calls(NULL)), ("middle", _calls(NULL, "m")), ("bad", _calls(ZERO))]
     )
     out = _bisect(
         repo, "--kernel", str(bogus), "--boot-timeout", "60", "--good", commits[0], "--", *ARGS
