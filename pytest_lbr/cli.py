@@ -4,6 +4,7 @@
     pytest-lbr diff A.lbr B.lbr
     pytest-lbr doctor [--mount]
     pytest-lbr fetch-vmlinux [RELEASE]
+    pytest-lbr selftest [--out DIR] [--vmlinux PATH] [--compare LBR_REPORT GRAPH_REPORT]
 
 `trace` attaches to any target `lbr.trace` accepts and prints every hit in the
 retsnoop/bpflbr format. The capture backends collect a whole trace when they are
@@ -450,6 +451,41 @@ def _fetch_vmlinux(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+# -- selftest ---------------------------------------------------------------------
+
+
+def _selftest(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from pytest_lbr import selftest
+
+    if args.compare:
+        from pytest_lbr.selftest.compare import ReportError, compare_reports
+
+        try:
+            results = compare_reports(Path(args.compare[0]), Path(args.compare[1]))
+        except ReportError as exc:
+            raise UsageError(str(exc)) from None
+        for r in results:
+            print(r, file=out)
+        return EXIT_FOUND if any(r.status == selftest.FAIL for r in results) else EXIT_OK
+    print(f"pytest-lbr selftest: kernel {os.uname().release} {os.uname().machine}", file=out)
+    bundle = selftest.run_selftest(
+        args.vmlinux,
+        doctor=lambda: doctor_checks(args.vmlinux),
+        progress=lambda line: print(line, file=out, flush=True),
+    )
+    try:
+        paths = selftest.write_bundle(bundle, Path(args.out))
+    except OSError as exc:
+        print(
+            f"pytest-lbr: cannot write the bundle to {args.out}: {exc.strerror} (pass --out DIR)",
+            file=err,
+        )
+        return EXIT_FOUND
+    print(bundle.text().splitlines()[-1], file=out)
+    print(f"bundle: {paths[0]} {paths[1]} (attach both to an issue)", file=out)
+    return EXIT_FOUND if bundle.failed else EXIT_OK
+
+
 # -- command line -----------------------------------------------------------------
 
 
@@ -520,6 +556,22 @@ def build_parser() -> argparse.ArgumentParser:
     fv.add_argument(
         "release", nargs="?", metavar="RELEASE", help="kernel release (default: the running one)"
     )
+    st = sub.add_parser(
+        "selftest", help="check the LBR path and both backends here; write a report bundle"
+    )
+    st.add_argument(
+        "--out",
+        metavar="DIR",
+        default="lbr-selftest",
+        help="bundle directory (default lbr-selftest)",
+    )
+    st.add_argument("--vmlinux", metavar="PATH", help="debug vmlinux for file:line")
+    st.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("LBR_REPORT", "GRAPH_REPORT"),
+        help="instead: compare two --lbr-report directories of one suite (LBR vs graph)",
+    )
     return parser
 
 
@@ -538,7 +590,13 @@ def main(
         from pytest_lbr.bisect import main as bisect_main
 
         return bisect_main(argv[1:], out, err)
-    commands = {"trace": _trace, "diff": _diff, "doctor": _doctor, "fetch-vmlinux": _fetch_vmlinux}
+    commands = {
+        "trace": _trace,
+        "diff": _diff,
+        "doctor": _doctor,
+        "fetch-vmlinux": _fetch_vmlinux,
+        "selftest": _selftest,
+    }
     previous = set_progress(lambda message: print(f"pytest-lbr: {message}", file=err, flush=True))
     try:
         args = build_parser().parse_args(argv)

@@ -425,16 +425,23 @@ class HookSet:
         )
         obj = self._base_obj(uprobe=False)
         multi = "lbr_kretprobe_multi" if retprobe else "lbr_kprobe_multi"
-        link = lib.bpf_program__attach_kprobe_multi_opts(
-            self._prog_in(obj, multi), None, ctypes.byref(opts)
-        )
+        # Without CONFIG_FPROBE libbpf would print its "failed to attach" for every glob.
+        with libbpf_messages() as log:
+            link = lib.bpf_program__attach_kprobe_multi_opts(
+                self._prog_in(obj, multi), None, ctypes.byref(opts)
+            )
+            err = ctypes.get_errno()
         if link:
             self._links.append(link)
             return _Attached(target, names, "kprobe.multi")
-        err = ctypes.get_errno()
         # Linux commit 0dcac2725406 ("bpf: Add multi kprobe link") (in v5.18) needs CONFIG_FPROBE.
         if err not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, 524):  # 524: ENOTSUPP
-            raise BpfError(err, f"attach kprobe.multi to {target.spec} ({len(names)} functions)")
+            exc = BpfError(
+                err, f"attach kprobe.multi to {target.spec} ({len(names)} functions)", "".join(log)
+            )
+            if exc.log:
+                exc.add_note(f"libbpf's log:\n{exc.log.rstrip()}")
+            raise exc
         untraced = 0
         if self.fallback == "fentry":
             # fentry/fexit need the function in BTF; the others stay untraced.

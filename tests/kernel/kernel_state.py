@@ -1,11 +1,16 @@
 """What a trace may leave behind in the kernel, read the same way by every test
-that checks "nothing leaked": BPF program and link ids, and tracefs state."""
+that checks "nothing leaked": BPF program and link ids, and tracefs state;
+`usage()`, the counts a long session watches for growth (bench/soak.py); and
+`session_backend()`, a backend as a pytest session keeps it, the LBR one included
+in guests without a PMU."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from pytest_lbr.kernel.tracefs import find_tracefs
 
@@ -41,3 +46,95 @@ def tracefs_state() -> dict[str, object]:
         path = root / name
         out[name] = path.read_text() if path.exists() else None
     return out
+
+
+def open_fds() -> tuple[int, int]:
+    """(all, perf events): the open file descriptors of this process."""
+    perf = 0
+    fds = os.listdir("/proc/self/fd")
+    for fd in fds:
+        try:
+            perf += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[perf_event]"
+        except OSError:  # the fd listdir itself had open, gone now
+            pass
+    return len(fds), perf
+
+
+def rss_kib() -> int:
+    """This process's resident set size (VmRSS), KiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a session could pile up: its fds, the kernel's BPF objects and tracefs
+    entries, and its memory. Every field but `rss_kib` is a count of objects."""
+
+    fds: int
+    perf_fds: int
+    progs: int
+    links: int
+    maps: int
+    instances: int
+    #: Lines of kprobe_events plus uprobe_events.
+    probe_events: int
+    rss_kib: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+#: The fields of `Usage` that count kernel objects or fds (all but the memory).
+OBJECT_FIELDS = ("fds", "perf_fds", "progs", "links", "maps", "instances", "probe_events")
+
+
+def usage() -> Usage:
+    """The counts of `Usage` now."""
+    root = find_tracefs()
+    assert root is not None, "tracefs is not mounted"
+    events = 0
+    for name in ("kprobe_events", "uprobe_events"):
+        path = root / name
+        if path.exists():
+            events += len(path.read_text().splitlines())
+    fds, perf = open_fds()
+    return Usage(
+        fds=fds,
+        perf_fds=perf,
+        progs=len(bpf_ids("prog")),
+        links=len(bpf_ids("link")),
+        maps=len(bpf_ids("map")),
+        instances=len(os.listdir(root / "instances")),
+        probe_events=events,
+        rss_kib=rss_kib(),
+    )
+
+
+def session_backend(name: str) -> Any:
+    """The `Backend` a session keeps, for `Tracer(backend=...)`: "graph" as probed
+    (RuntimeError if unavailable), or "lbr" with its branch events on a software
+    clock, as tests/kernel/test_lbr_backend.py does where there is no PMU: every
+    hook, ring buffer and release is real, the hits carry no branches."""
+    from pytest_lbr.capture import Backend, Capability, resolve_backend
+    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.kernel import perf
+
+    if name == "graph":
+        backend = resolve_backend("graph")
+        if not backend.capability.available:
+            raise RuntimeError(f"graph backend unavailable: {backend.capability.reason}")
+        return backend
+    if name != "lbr":
+        raise ValueError(f"unknown backend {name!r}")
+
+    class SoftwareLbr(Backend):
+        def open(self, targets: list[Any], *, filter: str | None = None, scope: str = "") -> Any:
+            return LbrCapture(
+                targets, filter or "any", check=False, open_events=perf.software_branch_events
+            )
+
+    return SoftwareLbr(Capability("lbr", True), "lbr")
