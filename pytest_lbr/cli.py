@@ -536,6 +536,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(pytest-lbr vm --help)",
         add_help=False,
     )
+    sub.add_parser(
+        "bisect",
+        help="find the commit that changed a golden trace: a BPF program's history or a "
+        "kernel's, with git bisect (pytest-lbr bisect --help)",
+        add_help=False,
+    )
     dr = sub.add_parser("doctor", help="what this machine can trace, and the fix for what not")
     dr.add_argument("--vmlinux", metavar="PATH", help="debug vmlinux to check")
     dr.add_argument(
@@ -580,6 +586,10 @@ def main(
         from pytest_lbr.vm import main as vm_main
 
         return vm_main(argv[1:])
+    if argv[:1] == ["bisect"]:  # its own parser too (pytest's arguments after `--`)
+        from pytest_lbr.bisect import main as bisect_main
+
+        return bisect_main(argv[1:], out, err)
     commands = {
         "trace": _trace,
         "diff": _diff,

@@ -411,22 +411,29 @@ def run_vm(
         os.set_blocking(proc.stdout.fileno(), False)
         echo = _Echo(console, prefix)
         why = ""
-        while True:
-            echo.feed(proc.stdout.read() or b"")
-            if proc.poll() is not None:
-                echo.feed(proc.stdout.read() or b"", final=True)
-                break
-            elapsed = time.monotonic() - start
-            if elapsed > boot_timeout and not (plan.results / STARTED).exists():
-                why = f"guest did not boot within {boot_timeout:.0f}s"
-            elif elapsed > timeout:
-                why = f"guest ran past the {timeout:.0f}s limit (hang?)"
-            if why:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                echo.feed(b"", final=True)
-                break
-            time.sleep(0.2)
+        _guests.add(proc.pid)
+        try:
+            while True:
+                echo.feed(proc.stdout.read() or b"")
+                if proc.poll() is not None:
+                    echo.feed(proc.stdout.read() or b"", final=True)
+                    break
+                elapsed = time.monotonic() - start
+                if elapsed > boot_timeout and not (plan.results / STARTED).exists():
+                    why = f"guest did not boot within {boot_timeout:.0f}s"
+                elif elapsed > timeout:
+                    why = f"guest ran past the {timeout:.0f}s limit (hang?)"
+                if why:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    echo.feed(b"", final=True)
+                    break
+                time.sleep(0.2)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: nothing else stops it
+            raise
+        finally:
+            _guests.discard(proc.pid)
     status_file = plan.results / STATUS
     if status_file.exists():
         return int(status_file.read_text().strip() or EXIT_NO_GUEST)
@@ -442,6 +449,19 @@ def run_vm(
         else " (rerun with --kernel-log to see the kernel console)"
     )
     raise VmError(f"{plan.label}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail))
+
+
+#: Process groups of the guests running now. Each runs in its own session, so Ctrl-C
+#: (or a stopped `pytest-lbr bisect`) reaches only this process, which must stop them.
+_guests: set[int] = set()
+
+
+def _stop_guests() -> None:
+    for group in list(_guests):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @dataclass
@@ -737,10 +757,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     busiest = max(plan.host_cpus for plan in plans)
     jobs = args.jobs or max(1, (os.cpu_count() or 1) // max(1, busiest))
     prefixed = len(plans) > 1 and jobs > 1
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        results = list(
-            pool.map(lambda p: _run_one(p, args, f"[{p.label}] " if prefixed else None), plans)
-        )
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            try:
+                results = list(
+                    pool.map(
+                        lambda p: _run_one(p, args, f"[{p.label}] " if prefixed else None), plans
+                    )
+                )
+            except KeyboardInterrupt:
+                _stop_guests()  # before the pool waits for its threads, which wait for guests
+                raise
+    except KeyboardInterrupt:
+        _say("interrupted: guests stopped")
+        return 130
     for r in results:
         _say(r.line())
     status = worst_status([r.status for r in results])
