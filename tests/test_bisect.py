@@ -12,6 +12,7 @@ real kernel is tests/kernel/test_bisect_program.py.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -380,9 +381,13 @@ def test_kernel_history_dry_run_builds_with_the_tracing_config(tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == f"git -C {tree} bisect start {commits[2]} {commits[0]}"
-    assert lines[1].startswith(
-        f"git -C {tree} bisect run {sys.executable} -P -m pytest_lbr.bisect_step "
-    )
+    # The command's own interpreter (its console script's: bin/python or bin/python3).
+    python = Path(sys.executable).parent
+    assert re.match(
+        rf"git -C {re.escape(str(tree))} bisect run {re.escape(str(python))}/python3?"
+        r" -P -m pytest_lbr\.bisect_step ",
+        lines[1],
+    ), lines[1]
     build = lines[2]
     assert build.startswith(f"  (step) cd {tree} && ") and " --build --config " in build
     for item in (
