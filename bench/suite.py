@@ -407,6 +407,8 @@ def _soak_section(source: Path) -> list[str]:
     if not source.exists():
         return [*out, "Not run.", ""]
     body = [ln for ln in source.read_text().splitlines() if not ln.startswith("# ")]
+    while body and not body[0].strip():
+        body.pop(0)
     title = next((ln[2:] for ln in source.read_text().splitlines() if ln.startswith("# ")), "")
     return [
         *out,
