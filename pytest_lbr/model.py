@@ -128,6 +128,11 @@ class Hit:
     #: Everything the kernel delivered, including the tracer's own records.
     raw_branches: list[Branch] = field(default_factory=list)
     timestamp_ns: int = 0
+    #: The command name of the task it ran in (or interrupted), "" where unknown.
+    comm: str = ""
+    #: True when it ran in interrupt context (hardirq, softirq: NAPI, XDP on
+    #: receive, timers), on top of whatever task `pid`/`comm` name.
+    in_interrupt: bool = False
 
     def functions(self) -> list[str]:
         """Function names in execution order, consecutive repeats collapsed."""
@@ -245,7 +250,12 @@ def format_branches(branches: Sequence[Branch], *, first_index: int | None = Non
 def format_hit_header(hit: Hit) -> str:
     """The line that introduces a hit, as bpflbr prints it."""
     ret = "" if hit.retval is None else f" retval={hit.retval}"
-    return f"Hit at {hit.target}: cpu={hit.cpu} pid={hit.pid} tid={hit.tid}{ret} branches={len(hit.branches)}"
+    comm = f" comm={hit.comm}" if hit.comm else ""
+    irq = " in_interrupt" if hit.in_interrupt else ""
+    return (
+        f"Hit at {hit.target}: cpu={hit.cpu} pid={hit.pid} tid={hit.tid}{comm}{irq}{ret} "
+        f"branches={len(hit.branches)}"
+    )
 
 
 def format_trace(trace: Trace) -> str:

@@ -113,6 +113,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=True,
     )
     parser.addini(
+        "lbr_scope",
+        "whose work traces record by default: process, children or system "
+        "(lbr.trace(scope=...) and @pytest.mark.lbr(scope=...) choose per trace)",
+        default="process",
+    )
+    parser.addini(
         "lbr_golden_exclude", "extra functions (globs) left out of golden traces", type="linelist"
     )
     parser.addini(
@@ -126,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "lbr(*targets, golden=False, level='function', exclude=(), keep=(), collapse=True, "
-        "sort_hits=False): trace targets for the whole test body; golden=True compares with "
+        "sort_hits=False, scope='process', pid=None, cgroup=None): trace targets for the whole test body; golden=True compares with "
         "the golden trace afterwards",
     )
     config.addinivalue_line("markers", guest.KERNEL_MARKER)

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 # Kept here (not imported from pytest_lbr.capture) so option parsing imports nothing heavy;
-# tests/test_plugin.py checks they equal pytest_lbr.capture.BACKENDS / FILTERS.
+# tests/test_plugin.py checks they equal pytest_lbr.capture.BACKENDS / FILTERS / SCOPES.
 BACKEND_CHOICES = ("auto", "lbr", "graph")
 FILTER_CHOICES = (
     "any",
@@ -55,6 +55,7 @@ FILTER_CHOICES = (
     "call_stack",
     "ind_jump",
 )
+SCOPE_CHOICES = ("process", "children", "system")
 LEVEL_CHOICES = ("function", "symbol", "line")
 SPLAT_CHOICES = ("fail", "off")
 ALLOW_SPLAT_MARKER = (
@@ -66,7 +67,17 @@ _SPLAT_PROPERTY = "lbr_kernel_splat"
 #: `git bisect run` reads 125 as "this commit cannot be tested": used when tracing could not run.
 EXIT_CANNOT_TRACE = 125
 DISABLED_REASON = "tracing disabled: run with --lbr"
-_MARKER_KWARGS = {"golden", "level", "exclude", "keep", "collapse", "sort_hits"}
+_MARKER_KWARGS = {
+    "golden",
+    "level",
+    "exclude",
+    "keep",
+    "collapse",
+    "sort_hits",
+    "scope",
+    "pid",
+    "cgroup",
+}
 
 
 RECORD_KEY = pytest.StashKey[TestRecord]()
@@ -82,6 +93,7 @@ class LbrSession:
         self.backend = str(self._option("lbr_backend") or "auto")
         self.require = bool(self._option("lbr_require"))
         self.filter = self._option("lbr_filter") or None
+        self.scope = str(self.config.getini("lbr_scope") or "process")
         self.golden_update = bool(self._option("lbr_golden_update"))
         self.golden_prune = bool(self._option("lbr_golden_prune"))
         self.vmlinux = self._option("lbr_vmlinux") or None
@@ -104,6 +116,7 @@ class LbrSession:
         )
         if self.filter is not None:
             self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
+        self._check_choice("lbr_scope", self.scope, SCOPE_CHOICES)
         if self.enabled and self.vmlinux:
             self._check_vmlinux(str(self.vmlinux))
         #: What `progress()` reported to before this session (put back at the end).
@@ -216,6 +229,7 @@ class LbrSession:
             backend=self._backend,
             filter=self.filter,
             vmlinux=str(self.vmlinux) if self.vmlinux else None,
+            scope=self.scope,
         )
         record = self.record(item)
         record.tracer_traces = tracer.traces  # the same list: every trace the test takes
@@ -282,8 +296,11 @@ class LbrSession:
         with ExitStack() as stack:
             problem = None
             try:
-                trace = stack.enter_context(tracer.trace(*marker.args))
-            except (TargetError, CaptureError) as exc:
+                whose = {
+                    k: marker.kwargs[k] for k in ("scope", "pid", "cgroup") if k in marker.kwargs
+                }
+                trace = stack.enter_context(tracer.trace(*marker.args, **whose))
+            except (TargetError, CaptureError, ValueError) as exc:
                 problem = str(exc)
             if problem is not None:
                 # A bad target or a refused attach is the user's one line: not a

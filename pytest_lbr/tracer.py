@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_lbr.capture import BACKENDS, FILTERS, SCOPES, Backend, CaptureError, resolve_backend
+from pytest_lbr.capture import BACKENDS, FILTERS, Backend, CaptureError, Scope, resolve_backend
 from pytest_lbr.capture.lbr import LbrCapture
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.noise import TRACER_SYMBOLS
@@ -49,10 +49,14 @@ class Tracer:
         backend: str | Backend = "auto",
         filter: str | None = None,
         vmlinux: str | None = None,
+        scope: str = "process",
     ) -> None:
         if isinstance(backend, str) and backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         check_filter(filter)
+        Scope.of(scope)
+        #: The scope of a `trace()` that names none (the plugin's ini key `lbr_scope`).
+        self.scope = scope
         self._wanted = backend if isinstance(backend, str) else backend.requested
         self._filter = filter
         self._vmlinux = vmlinux
@@ -88,20 +92,26 @@ class Tracer:
         *targets: Any,
         backend: str | None = None,
         filter: str | None = None,
-        scope: str = "process",
+        scope: str | None = None,
+        pid: int | None = None,
+        cgroup: str | None = None,
     ) -> Iterator[Trace]:
         """Arm on `targets` for the duration of the block, yield the `Trace`.
 
-        `scope` says whose work is recorded: "process" (this process's threads)
-        or "children" (also the processes they start while armed, and theirs;
-        graph backend). The trace is empty inside the block and complete after
-        it; every kernel object the trace added is released on exit, whatever
-        happened inside.
+        `scope` says whose work is recorded (default: the tracer's `scope`):
+        "process" (this process's threads),
+        "children" (also the processes they start while armed, and theirs;
+        graph backend) or "system" (every task, and interrupt context). `pid=N`
+        records process N instead of this one (with "children", also what it
+        starts); `cgroup=PATH` every task of that cgroup v2 directory (relative
+        paths are under /sys/fs/cgroup), and interrupt context (graph backend).
+        Each hit says where it ran (`cpu`, `pid`, `tid`, `comm`, `in_interrupt`).
+        The trace is empty inside the block and complete after it; every kernel
+        object the trace added is released on exit, whatever happened inside.
         """
         parsed = parse_targets(targets)
         check_filter(filter)
-        if scope not in SCOPES:
-            raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+        whose = Scope.of(scope or self.scope, pid=pid, cgroup=cgroup)
         chosen = self._resolve(backend)
         cap = chosen.capability
         if not cap.available:
@@ -109,7 +119,7 @@ class Tracer:
         chosen_filter = filter or self._filter
         if chosen_filter and cap.backend != "lbr":
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
-        capture = chosen.open(parsed, filter=chosen_filter, scope=scope)
+        capture = chosen.open(parsed, filter=chosen_filter, scope=whose)
         trace = Trace(targets=[t.spec for t in parsed], backend=cap.backend)
         self.traces.append(trace)
         try:

@@ -16,7 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_lbr.capture.base import BACKENDS, FILTERS, SCOPES, Capability, Capture, CaptureError
+from pytest_lbr.capture.base import (
+    BACKENDS,
+    FILTERS,
+    SCOPES,
+    Capability,
+    Capture,
+    CaptureError,
+    Scope,
+)
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
@@ -26,6 +34,7 @@ __all__ = [
     "BACKENDS",
     "FILTERS",
     "SCOPES",
+    "Scope",
     "Backend",
     "Capability",
     "Capture",
@@ -87,9 +96,9 @@ class Backend:
         targets: list[Target],
         *,
         filter: str | None = None,
-        scope: str = "process",
+        scope: Scope | None = None,
     ) -> Capture:
-        """A not-yet-armed capture of `targets` (`scope`: one of `SCOPES`)."""
+        """A not-yet-armed capture of `targets` (`scope`: whose work; this process by default)."""
         if not self.capability.available:
             raise CaptureError(f"{self.name} backend unavailable: {self.capability.reason}")
         if self.name == "graph":
@@ -115,19 +124,14 @@ def open_capture(
     targets: list[Target],
     *,
     filter: str | None = None,
-    scope: str = "process",
+    scope: Scope | None = None,
 ) -> Capture:
     """A not-yet-armed capture of `targets` on a concrete backend ("lbr" or "graph"),
     set up for this capture alone (`Backend.open` shares the set-up between captures)."""
     if backend == "lbr":
         from pytest_lbr.capture.lbr import LbrCapture
 
-        if scope != "process":
-            # The LBR tracer's hooks filter on this process's tgid in the kernel.
-            raise CaptureError(
-                f"scope={scope!r} is not supported by the lbr backend yet; use backend='graph'"
-            )
-        return LbrCapture(targets, filter=filter or "any")
+        return LbrCapture(targets, filter=filter or "any", scope=scope)
     if backend == "graph":
         from pytest_lbr.capture.graph import GraphCapture
 

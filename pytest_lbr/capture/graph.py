@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_lbr.capture.base import Capability, CaptureError
+from pytest_lbr.capture.base import Capability, CaptureError, Scope
 from pytest_lbr.capture.graph_calls import (
     Frame,
     Mentions,
@@ -234,7 +234,8 @@ class GraphRecorder:
             inst = Instance(root, BUFFER_KB)
             try:
                 inst.write("trace_clock", "mono")
-                for opt in ("sym-offset", "sym-addr"):
+                # record-tgid: each line names its process, for hits of other processes.
+                for opt in ("sym-offset", "sym-addr", "record-tgid"):
                     inst.write(f"options/{opt}", "1")
                 # Our threads only, unless a trace asks for children (below).
                 inst.write("options/function-fork", "0")
@@ -283,19 +284,24 @@ class GraphRecorder:
 
 
 class GraphCapture:
-    """A function-tracer capture of `targets` for this process's threads.
+    """A function-tracer capture of `targets` for the threads `scope` names
+    (this process's by default).
 
     With a `recorder` (a session's), the function tracer stays on after the
     trace; without one, the capture sets up its own and removes it at `close()`.
     """
 
     def __init__(
-        self, targets: list[Target], recorder: GraphRecorder | None = None, scope: str = "process"
+        self,
+        targets: list[Target],
+        recorder: GraphRecorder | None = None,
+        scope: Scope | None = None,
     ) -> None:
         self.targets = targets
-        #: "children": also record the processes our threads start (function-fork),
-        #: known from the sched_process_fork events of the trace.
-        self.scope = scope
+        #: Whose work: "children" and cgroups also record the processes the
+        #: threads start (function-fork), known from the sched_process_fork
+        #: events of the trace; "system" records every task (no pid list).
+        self.scope = scope or Scope()
         self._own = recorder is None
         self._recorder = recorder or GraphRecorder()
         self._instance: Instance | None = None
@@ -312,8 +318,8 @@ class GraphCapture:
 
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
-        self._tids = {int(t) for t in os.listdir("/proc/self/task")}
-        children = self.scope == "children"
+        self._tids = self.scope.tids()
+        children = self.scope.kind == "children" or self.scope.cgroup is not None
         self._instance = inst = self._recorder.instance(self._tids, children)
         try:
             if children:
@@ -336,14 +342,16 @@ class GraphCapture:
         exits: dict[int, list[RawHit]] = {i: [] for i in self._exit_targets}
         if self._exits is not None:
             for raw in self._exits.drain():
-                if raw.tid in self._tids and self._window[0] < raw.ts_ns < self._window[1]:
+                if self._window[0] < raw.ts_ns < self._window[1]:
                     exits[self._exit_targets[raw.target]].append(raw)
         #: The instance's trace text as read (kept for debugging and test data).
         self.text = inst.read("trace")
         records = parse_trace(self.text)
         self._recorder.skip_clock_reads(records)
-        if self.scope == "children":
+        if self.scope.kind == "children" or self.scope.cgroup is not None:
             self._tids |= descendants(self._tids, records)
+        if self.scope.cgroup is not None:
+            self._tids |= self.scope.tids()  # moved in while the trace was armed
         trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
         trace.capture_text = self.text
         trace.lost = inst.lost()
@@ -352,16 +360,43 @@ class GraphCapture:
             trace.notes.append(f"ftrace ring buffer overran: {trace.lost} records lost")
         # uprobes fire in whichever process runs the binary, not only ours.
         user_events = {self._events[i] for i in self._user}
-        kept = [
-            r
-            for r in records
-            if (r.tid in self._tids or (isinstance(r, EventRecord) and r.name in user_events))
-            and self._window[0] < r.ts_ns < self._window[1]
-        ]
+        everyone = self.scope.kind == "system"
+        interrupts = self.scope.interrupts
+
+        def wanted(r: FunctionRecord | EventRecord) -> bool:
+            if not self._window[0] < r.ts_ns < self._window[1]:
+                return False
+            if everyone or r.tid in self._tids:
+                return True
+            if isinstance(r, EventRecord):
+                return r.name in user_events
+            return interrupts and r.in_irq
+
+        kept = [r for r in records if wanted(r)]
+        if not everyone:
+            # fexit hooks see every process where the scope is not this process.
+            contexts: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
+            for r in kept:
+                contexts.setdefault((r.tid, isinstance(r, FunctionRecord) and r.in_irq), []).append(
+                    r
+                )
+            for raws in exits.values():
+                raws[:] = [
+                    raw
+                    for raw in raws
+                    if raw.tid in self._tids or (interrupts and _ran_in_interrupt(contexts, raw))
+                ]
         if self._exits is not None and self._exits.lost:
             trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
         trace.hits = build_hits(
-            self.targets, self._matchers, self._events, self._returns, kept, self._user, exits
+            self.targets,
+            self._matchers,
+            self._events,
+            self._returns,
+            kept,
+            self._user,
+            exits,
+            interrupts=interrupts,
         )
         return trace
 
@@ -428,7 +463,9 @@ class GraphCapture:
             return
         from pytest_lbr.capture.hooks import HookSet
 
-        hooks = HookSet([self.targets[i] for i in programs], snapshot=False)
+        # Every process's runs where the scope is not this process; stop() keeps the scope's.
+        tgid = os.getpid() if self.scope == Scope() else 0
+        hooks = HookSet([self.targets[i] for i in programs], snapshot=False, tgid=tgid)
         try:
             hooks.attach()
         except (CaptureError, OSError) as exc:
@@ -502,6 +539,8 @@ def build_hits(
     records: Iterable[FunctionRecord | EventRecord],
     user: dict[int, ElfFunctions] | None = None,
     exits: dict[int, list[RawHit]] | None = None,
+    *,
+    interrupts: bool = False,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
@@ -511,37 +550,86 @@ def build_hits(
     a kfunc's return value, a uprobe's event); `returns` maps a kretprobe event
     to its function; `user[i]` holds the symbols of uprobe target i's binary;
     `exits[i]` holds the fexit records of program target i (its runs' returns).
+
+    Records made in interrupt context are dropped, or with `interrupts` kept
+    as a context of their own beside the interrupted thread's (a NAPI poll
+    running an XDP program on whatever task the softirq came in on): their
+    hits have `in_interrupt` set.
     """
-    by_tid: dict[int, list[FunctionRecord | EventRecord]] = {}
+    by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
     for r in records:
+        irq = isinstance(r, FunctionRecord) and r.in_irq
         if isinstance(r, FunctionRecord) and (
-            r.in_irq or r.parent == TRACE_CLOCK or _interrupt_edge(r)
+            (irq and not interrupts) or r.parent == TRACE_CLOCK or _interrupt_edge(r)
         ):
             continue  # interrupts are not the thread's work, clock reads are ftrace's
-        by_tid.setdefault(r.tid, []).append(r)
+        by_context.setdefault((r.tid, irq), []).append(r)
     exits = exits or {}
-    for raws in exits.values():
+    exits_in: dict[tuple[int, bool], dict[int, list[RawHit]]] = {}
+    for i, raws in exits.items():
         for raw in raws:
-            by_tid.setdefault(raw.tid, [])  # a run that called nothing has no records
+            context = (raw.tid, interrupts and _ran_in_interrupt(by_context, raw))
+            by_context.setdefault(context, [])  # a run that called nothing has no records
+            exits_in.setdefault(context, {}).setdefault(i, []).append(raw)
+    hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
     hits: list[Hit] = []
-    for tid, recs in by_tid.items():
-        recs = _without_exit_hooks(recs, (r.ts_ns for rs in exits.values() for r in rs))
+    for (tid, irq), recs in by_context.items():
+        recs = _without_exit_hooks(recs, hook_times)
         steps = list(reconstruct(recs, returns))
+        mine = exits_in.get((tid, irq), {})
+        found: list[Hit] = []
         for i, target in enumerate(targets):
             if target.kind == "tp":
-                hits.extend(_event_hits(target, events[i], tid, steps))
+                found.extend(_event_hits(target, events[i], tid, steps))
             elif target.kind in ("uprobe", "uretprobe"):
                 assert user is not None
-                hits.extend(_user_hits(target, events[i], user[i], tid, steps))
+                found.extend(_user_hits(target, events[i], user[i], tid, steps))
             elif target.kind == "prog":
                 runs = _program_runs(target, matchers[i], tid, recs)
                 if i in exits:
-                    runs = _with_returns(target, tid, runs, [r for r in exits[i] if r.tid == tid])
-                hits.extend(runs)
+                    runs = _with_returns(target, tid, runs, mine.get(i, []))
+                found.extend(runs)
             else:
-                hits.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
+                found.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
+        pid, comm = _task_of(tid, recs, [r for rs in mine.values() for r in rs])
+        for hit in found:
+            hit.pid, hit.comm, hit.in_interrupt = pid, comm, irq
+        hits.extend(found)
     hits.sort(key=lambda h: h.timestamp_ns)
     return hits
+
+
+def _ran_in_interrupt(
+    by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]], raw: RawHit
+) -> bool:
+    """Whether a program run whose fexit record is `raw` ran in interrupt context.
+
+    The hook cannot tell; the function tracer can: the thread's last record
+    before the return is the program's last call, or what ran just before it.
+    """
+
+    def last_before(records: list[FunctionRecord | EventRecord]) -> int:
+        k = bisect.bisect_right([r.ts_ns for r in records], raw.ts_ns)
+        return records[k - 1].ts_ns if k else -1
+
+    irq = last_before(by_context.get((raw.tid, True), []))
+    return irq >= 0 and irq >= last_before(by_context.get((raw.tid, False), []))
+
+
+def _task_of(
+    tid: int, records: list[FunctionRecord | EventRecord], exits: list[RawHit]
+) -> tuple[int, str]:
+    """The process id and command name of thread `tid`, from its records (ftrace's
+    record-tgid), its fexit records, or /proc while it still runs."""
+    pid = next((r.tgid for r in records if r.tgid), 0) or next((r.pid for r in exits), 0)
+    comm = next((r.comm for r in records if r.comm), "")
+    if not pid:
+        try:
+            with open(f"/proc/{tid}/status") as f:
+                pid = next((int(line.split()[1]) for line in f if line.startswith("Tgid:")), 0)
+        except (OSError, ValueError):
+            pid = 0
+    return pid, comm
 
 
 def _without_exit_hooks(

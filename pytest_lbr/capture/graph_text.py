@@ -15,7 +15,7 @@ __all__ = ["EventRecord", "FunctionRecord", "parse_trace"]
 
 # Numbers are ASCII and bounded: int() refuses other digits, and more than 4300 of them.
 _LINE_RE = re.compile(
-    r"^\s*(?P<comm>.*?)-(?P<tid>[0-9]{1,20})\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>[0-9]{1,20})\]\s+"
+    r"^\s*(?P<comm>.*?)-(?P<tid>[0-9]{1,20})\s+(?:\(\s*(?P<tgid>[-\d]{1,20})\)\s+)?\[(?P<cpu>[0-9]{1,20})\]\s+"
     r"(?P<flags>\S{4,5})\s+(?P<sec>[0-9]{1,20})\.(?P<usec>[0-9]{1,20}):\s(?P<body>.*)$"
 )
 _SYM = (
@@ -42,6 +42,9 @@ class FunctionRecord:
     parent: str | None
     parent_off: int
     parent_addr: int  # the return address: the call site's next instruction
+    #: The thread's process (option record-tgid; 0 where ftrace did not know it).
+    tgid: int = 0
+    comm: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class EventRecord:
     ts_ns: int
     name: str
     body: str
+    tgid: int = 0
+    comm: str = ""
 
 
 def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
@@ -69,6 +74,8 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
         if m is None:
             continue
         tid, cpu = int(m["tid"]), int(m["cpu"])
+        tgid = int(m["tgid"]) if m["tgid"] and m["tgid"].isdigit() else 0
+        comm = m["comm"]
         ts = int(m["sec"]) * 1_000_000_000 + int(m["usec"].ljust(9, "0")[:9])
         body = m["body"]
         f = _FUNC_RE.match(body) or _FUNC_NOSYM_RE.match(body)
@@ -76,7 +83,7 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
             name, _, rest = body.partition(":")
             if " " in name or "(" in name:  # syscall events print "sys_getppid()"
                 name, rest = body.split("(", 1)[0], body
-            out.append(EventRecord(tid, cpu, ts, name.strip(), rest.strip()))
+            out.append(EventRecord(tid, cpu, ts, name.strip(), rest.strip(), tgid, comm))
             continue
         groups = f.groupdict()
         parent = groups.get("pa")
@@ -91,6 +98,8 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
                 parent=parent,
                 parent_off=int(groups["pa_off"], 16) if parent else 0,
                 parent_addr=int(f["pa_addr"], 16),
+                tgid=tgid,
+                comm=comm,
             )
         )
     return out

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_lbr.capture.base import Capability, CaptureError
+from pytest_lbr.capture.base import Capability, CaptureError, Scope
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import Target
 
@@ -207,9 +207,17 @@ class LbrCapture:
         *,
         check: bool = True,
         open_events: Callable[[str], Any] | None = None,
+        scope: Scope | None = None,
     ) -> None:
         self.targets = list(targets)
         self.filter = filter
+        self.scope = scope or Scope()
+        if self.scope.kind == "children" or self.scope.cgroup is not None:
+            # The tracer's hooks filter by one tgid in the kernel (or none).
+            raise CaptureError(
+                f"the lbr backend cannot trace {self.scope} yet (its hooks filter by one "
+                "process id, or none with scope='system'); use backend='graph'"
+            )
         #: After `stop()`: a hit's target -> the symbol of the function it hooked
         #: (a kernel function, a BPF program's kallsyms name); none for a
         #: tracepoint or uprobe. Trimming keeps the branches up to its last one.
@@ -231,7 +239,8 @@ class LbrCapture:
             raise CaptureError(f"lbr backend unavailable: {cap.reason}")
         try:
             self._events = (self._open_events or perf.open_branch_events)(self.filter)
-            hs = hooks.HookSet(self.targets, snapshot=True)
+            tgid = 0 if self.scope.kind == "system" else self.scope.pid
+            hs = hooks.HookSet(self.targets, snapshot=True, tgid=tgid)
             self._hooks = hs
             hs.attach()
         except BaseException:

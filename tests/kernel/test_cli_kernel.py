@@ -17,7 +17,9 @@ from tests.commands import PYTEST_LBR
 pytestmark = pytest.mark.kernel
 
 TRACEFS = Path("/sys/kernel/tracing")
-HIT = re.compile(r"Hit at (\S+): cpu=\d+ pid=\d+ tid=\d+( retval=-?\d+)? branches=(\d+)")
+HIT = re.compile(
+    r"Hit at (\S+): cpu=\d+ pid=\d+ tid=\d+(?: comm=\S+)?(?: in_interrupt)?( retval=-?\d+)? branches=(\d+)"
+)
 #: A branch line; "(unseen caller)" stands for a caller the function tracer never
 #: recorded (the graph backend, docs/guide.md).
 _END = r"(?:\S+|\(unseen caller\))"
