@@ -5,6 +5,8 @@
     prog = obj.programs["xdp_helpers"]
     res = prog.run(data=packet)            # BPF_PROG_TEST_RUN
     obj.maps["counts"].lookup(0x45)        # -> bytes | None
+    link = prog.attach_xdp("eth0", mode="driver")   # on a real interface
+    link.close()                           # detached (idempotent)
     loader.close()                         # closes every object it loaded
 
 Map keys and values are `bytes` of exactly the map's key/value size, or an
@@ -21,15 +23,28 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import socket
+import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_lbr.errors import UserError
 from pytest_lbr.libbpf import (
+    BPF_TC_EGRESS,
+    BPF_TC_INGRESS,
+    BPF_XDP,
+    XDP_ATTACHED_MODES,
+    XDP_FLAGS_DRV_MODE,
+    XDP_FLAGS_SKB_MODE,
     BpfError,
+    BpfLinkCreateOpts,
+    BpfTcHook,
+    BpfTcOpts,
+    BpfXdpQueryOpts,
+    bpf_link_info,
     bpf_test_run_opts,
     check_int,
     check_ptr,
@@ -37,8 +52,12 @@ from pytest_lbr.libbpf import (
     libbpf_messages,
     prog_info,
 )
+from pytest_lbr.netns import call_in
 
 __all__ = [
+    "TC_DIRECTIONS",
+    "XDP_MODES",
+    "AttachError",
     "BpfLoadError",
     "BpfLoader",
     "BpfObject",
@@ -48,6 +67,8 @@ __all__ = [
     "NotABpfObject",
     "Program",
     "RunResult",
+    "TcLink",
+    "XdpLink",
 ]
 
 _ELF_MAGIC = b"\x7fELF"
@@ -60,6 +81,12 @@ _DATA_OUT_SLACK = 4096
 _PERCPU_MAP_TYPES = {5, 6, 10, 21}
 
 _T = TypeVar("_T")
+
+#: `Program.attach_xdp(mode=...)`: the kernel's choice (driver where the driver has
+#: native XDP, else generic), the driver's own XDP, or the generic (skb) path.
+XDP_MODES = {"auto": 0, "driver": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE}
+#: `Program.attach_tc(direction=...)`: the clsact hook the filter goes on.
+TC_DIRECTIONS = {"ingress": BPF_TC_INGRESS, "egress": BPF_TC_EGRESS}
 
 
 class BpfLoadError(BpfError):
@@ -85,6 +112,17 @@ class BpfObjectNotFound(UserError, FileNotFoundError):
 
 class NotABpfObject(UserError, BpfLoadError):
     """`bpf.load(path)`: the file is not a BPF ELF object (clang -target bpf)."""
+
+
+class AttachError(UserError, BpfError):
+    """`attach_xdp` / `attach_tc` could not attach: one line naming the program, the
+    interface (and namespace), the kernel's errno and, where it is known, what to do."""
+
+    def __init__(self, err: int, what: str, hint: str = "") -> None:
+        super().__init__(err, what)
+        if hint:
+            self.strerror = f"{what}: {os.strerror(err)}: {hint}"
+            self.args = (err, self.strerror)
 
 
 @dataclass(frozen=True)
@@ -179,9 +217,15 @@ class BpfObject:
 
 
 def _close_object(ptr: int, links: list[Link]) -> None:
+    failed: list[Exception] = []
     for link in links:
-        link.close()
+        try:
+            link.close()
+        except Exception as exc:  # the other links and the object still go
+            failed.append(exc)
     lib.bpf_object__close(ptr)
+    if failed:
+        raise failed[0]
 
 
 def _open_and_load(path: Path) -> int:
@@ -291,43 +335,289 @@ class Program:
         """Attach the program where its ELF section says (`SEC("tp/syscalls/...")`,
         `SEC("kprobe/...")`, `SEC("uprobe//path:fn")`, ...), as libbpf's auto-attach
         does. The link is destroyed by `Link.close()` or when the object closes.
-        Programs that need an interface (XDP, tc) are attached with ip/tc instead.
+        Programs that need an interface are attached with `attach_xdp` / `attach_tc`.
         """
         self._obj._check_open(f"program {self.name}")
-        link = Link(self.name, check_ptr(lib.bpf_program__attach(self._ptr), f"attach {self.name}"))
+        ptr = check_ptr(lib.bpf_program__attach(self._ptr), f"attach {self.name}")
+        return self._keep(Link(self.name, ptr))
+
+    def _keep(self, link: _L) -> _L:
         self._obj._links.append(link)
         return link
+
+    def _require(self, kind: str, section: str, mode: str) -> None:
+        self._obj._check_open(f"program {self.name}")
+        if self.type != kind:
+            raise AttachError(
+                errno.EINVAL,
+                f"cannot attach {self.name} as {mode}",
+                f'it is a {self.type} program, not {kind} (SEC("{section}") makes one)',
+            )
+
+    def attach_xdp(
+        self, interface: str | int, *, mode: str = "auto", netns: str | None = None
+    ) -> XdpLink:
+        """Attach this XDP program to a network interface (name or index), for real:
+        packets the interface receives run it. `mode`: "driver" (the driver's native
+        XDP, in its NAPI poll), "generic" (the kernel's skb path, any interface) or
+        "auto" (driver where the driver has it). `netns`: the named network namespace
+        (`ip netns`) the interface is in; None for this one.
+
+        A BPF link (the kernel detaches it when its fd closes, so a crashed test leaves
+        nothing attached): `XdpLink.close()` detaches, and so does closing the object.
+        """
+        if mode not in XDP_MODES:
+            raise ValueError(f"unknown XDP mode {mode!r}; expected one of {', '.join(XDP_MODES)}")
+        self._require("xdp", "xdp", f"XDP ({mode} mode)")
+        prog_fd = self.fd
+
+        def attach() -> tuple[int, str, int]:
+            ifindex, ifname = _interface(interface, netns)
+            what = f"cannot attach {self.name} to {_on(ifname, netns)} as XDP ({mode} mode)"
+            opts = BpfLinkCreateOpts(sz=ctypes.sizeof(BpfLinkCreateOpts), flags=XDP_MODES[mode])
+            fd = lib.bpf_link_create(prog_fd, ifindex, BPF_XDP, ctypes.byref(opts))
+            if fd < 0:
+                err = -fd if fd != -1 else (ctypes.get_errno() or errno.EPERM)
+                raise AttachError(err, what, _XDP_HINTS.get(err, ""))
+            return ifindex, ifname, fd
+
+        ifindex, ifname, fd = call_in(netns, attach)
+        return self._keep(XdpLink(self.name, fd, ifname, ifindex, netns, mode))
+
+    def attach_tc(
+        self, interface: str | int, *, direction: str = "ingress", netns: str | None = None
+    ) -> TcLink:
+        """Attach this tc (sched_cls) program to a network interface's clsact hook, for
+        real, as a direct-action filter: "ingress" runs it on what the interface
+        receives, "egress" on what it sends. The clsact qdisc is created if the
+        interface has none, and removed again with the last of our filters on it.
+        `netns`: the named network namespace the interface is in; None for this one.
+
+        `TcLink.close()` removes the filter (so does closing the object). Unlike an XDP
+        link, a tc filter outlives a process that dies without closing it: the `veth`
+        fixture's interfaces take theirs with them.
+        """
+        if direction not in TC_DIRECTIONS:
+            raise ValueError(
+                f"unknown tc direction {direction!r}; expected one of {', '.join(TC_DIRECTIONS)}"
+            )
+        self._require("sched_cls", "tc", f"a tc {direction} filter")
+        prog_fd = self.fd
+        attach = lambda: _tc_attach(self.name, prog_fd, interface, netns, direction)  # noqa: E731
+        ifname, ifindex, handle, priority = call_in(netns, attach)
+        return self._keep(TcLink(self.name, ifname, ifindex, netns, direction, handle, priority))
 
     def __repr__(self) -> str:
         return f"<Program {self.name} id={self.id} tag={self.tag} type={self.type}>"
 
 
 class Link:
-    """An attachment of a `Program` (a BPF link); a context manager."""
+    """An attachment of a `Program`; a context manager. `close()` detaches (idempotent)."""
 
-    def __init__(self, program: str, ptr: int) -> None:
+    def __init__(
+        self, program: str, ptr: int | None = None, *, detach: Callable[[], object] | None = None
+    ) -> None:
         #: The attached program's name (a link does not keep its object alive).
         self.program = program
-        self._ptr: int | None = ptr
+        if ptr is not None:
+            detach = lambda: lib.bpf_link__destroy(ptr)  # noqa: E731
+        self._detach: Callable[[], object] | None = detach
 
     @property
     def closed(self) -> bool:
-        return self._ptr is None
+        return self._detach is None
 
     def close(self) -> None:
-        """Detach (idempotent)."""
-        if self._ptr is not None:
-            lib.bpf_link__destroy(self._ptr)
-            self._ptr = None
+        """Detach (idempotent: only the first call does anything, even if it failed)."""
+        detach, self._detach = self._detach, None
+        if detach is not None:
+            detach()
 
-    def __enter__(self) -> Link:
+    def __enter__(self: _L) -> _L:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Link {self.program} {'closed' if self.closed else 'attached'}>"
+        return f"<{type(self).__name__} {self.program} {'closed' if self.closed else 'attached'}>"
+
+
+_L = TypeVar("_L", bound=Link)
+
+
+class XdpLink(Link):
+    """An XDP program attached to an interface (`Program.attach_xdp`): a BPF link."""
+
+    def __init__(
+        self, program: str, fd: int, interface: str, ifindex: int, netns: str | None, mode: str
+    ) -> None:
+        super().__init__(program, detach=lambda: os.close(fd))
+        #: The interface's name and index, and the namespace it is in (None: this one).
+        self.interface = interface
+        self.ifindex = ifindex
+        self.netns = netns
+        #: The mode asked for: "auto", "driver" or "generic" (`attached_mode`: the kernel's).
+        self.mode = mode
+        info = bpf_link_info()
+        size = ctypes.c_uint32(ctypes.sizeof(info))
+        check_int(
+            lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "link info"
+        )
+        #: Kernel link id (as in `bpftool link show`).
+        self.id: int = info.id
+
+    @property
+    def attached_mode(self) -> str:
+        """How the interface runs an XDP program now, as the kernel says (netlink):
+        "driver", "generic", "hw", "multi", or "none" (nothing attached, or no interface)."""
+
+        def query() -> int:
+            opts = BpfXdpQueryOpts(sz=ctypes.sizeof(BpfXdpQueryOpts))
+            try:
+                socket.if_indextoname(self.ifindex)
+            except OSError:
+                return 0  # the interface is gone, and the program with it
+            check_int(lib.bpf_xdp_query(self.ifindex, 0, ctypes.byref(opts)), "bpf_xdp_query")
+            return int(opts.attach_mode)
+
+        mode = call_in(self.netns, query)
+        return XDP_ATTACHED_MODES.get(mode, str(mode))
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "attached"
+        return (
+            f"<XdpLink {self.program} on {_on(self.interface, self.netns)} ({self.mode}) {state}>"
+        )
+
+
+class TcLink(Link):
+    """A tc program attached to an interface's clsact hook (`Program.attach_tc`)."""
+
+    def __init__(
+        self,
+        program: str,
+        interface: str,
+        ifindex: int,
+        netns: str | None,
+        direction: str,
+        handle: int,
+        priority: int,
+    ) -> None:
+        super().__init__(
+            program,
+            detach=lambda: call_in(
+                netns, lambda: _tc_detach(program, ifindex, netns, direction, handle, priority)
+            ),
+        )
+        self.interface = interface
+        self.ifindex = ifindex
+        self.netns = netns
+        #: "ingress" or "egress".
+        self.direction = direction
+        #: The filter's handle and priority (`tc filter show dev IF ingress`: pref, handle).
+        self.handle = handle
+        self.priority = priority
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "attached"
+        where = _on(self.interface, self.netns)
+        return f"<TcLink {self.program} on {where} {self.direction} {state}>"
+
+
+def _on(ifname: str, netns: str | None) -> str:
+    return ifname if netns is None else f"{ifname} (netns {netns})"
+
+
+def _interface(interface: str | int, netns: str | None) -> tuple[int, str]:
+    """(ifindex, name) of an interface of the calling thread's namespace."""
+    where = "" if netns is None else f" in netns {netns}"
+    if isinstance(interface, int):
+        try:
+            return interface, socket.if_indextoname(interface)
+        except OSError:
+            raise AttachError(
+                errno.ENODEV, f"no network interface with index {interface}{where}"
+            ) from None
+    try:
+        return socket.if_nametoindex(interface), interface
+    except OSError:
+        raise AttachError(errno.ENODEV, f"no network interface {interface!r}{where}") from None
+
+
+_XDP_HINTS = {
+    errno.EOPNOTSUPP: "the driver has no native XDP: use mode='generic' (or 'auto')",
+    errno.EBUSY: "another XDP program is attached there: detach it first",
+    errno.EEXIST: "another XDP program is attached there (in another mode): detach it first",
+    errno.EPERM: "attaching needs root (CAP_NET_ADMIN and CAP_BPF)",
+    errno.EINVAL: "the kernel refused this program or mode on that interface",
+}
+
+#: The clsact qdiscs our tc filters created: (netns, ifindex) -> how many of our
+#: filters are on it. The last one to go removes the qdisc; a qdisc someone else
+#: made is never removed.
+_clsact: dict[tuple[str | None, int], int] = {}
+_clsact_lock = threading.Lock()
+_GONE = (errno.ENODEV, errno.ENOENT, errno.ENXIO)
+
+
+def _tc_hook(ifindex: int, attach_point: int) -> BpfTcHook:
+    return BpfTcHook(sz=ctypes.sizeof(BpfTcHook), ifindex=ifindex, attach_point=attach_point)
+
+
+def _tc_attach(
+    program: str, prog_fd: int, interface: str | int, netns: str | None, direction: str
+) -> tuple[str, int, int, int]:
+    """In the interface's namespace: the clsact hook (made if missing), then the filter."""
+    ifindex, ifname = _interface(interface, netns)
+    what = f"cannot attach {program} to {_on(ifname, netns)} as a tc {direction} filter"
+    key = (netns, ifindex)
+    hook = _tc_hook(ifindex, TC_DIRECTIONS[direction])
+    with _clsact_lock, libbpf_messages() as log:
+        ret = lib.bpf_tc_hook_create(ctypes.byref(hook))
+        if ret < 0 and ret != -errno.EEXIST:
+            raise AttachError(-ret, f"{what}: cannot create its clsact qdisc", _last(log))
+        if ret == 0:
+            _clsact[key] = 0
+        opts = BpfTcOpts(sz=ctypes.sizeof(BpfTcOpts), prog_fd=prog_fd)
+        ret = lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
+        if ret < 0:
+            _release_clsact(key, ifindex)
+            raise AttachError(-ret, what, _last(log))
+        if key in _clsact:
+            _clsact[key] += 1
+    return ifname, ifindex, int(opts.handle), int(opts.priority)
+
+
+def _tc_detach(
+    program: str, ifindex: int, netns: str | None, direction: str, handle: int, priority: int
+) -> None:
+    """In the interface's namespace: the filter goes, then the clsact qdisc if it was
+    ours and this was our last filter on it. An interface already gone is no error."""
+    key = (netns, ifindex)
+    hook = _tc_hook(ifindex, TC_DIRECTIONS[direction])
+    opts = BpfTcOpts(sz=ctypes.sizeof(BpfTcOpts), handle=handle, priority=priority)
+    with _clsact_lock, libbpf_messages() as log:
+        ret = lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
+        if key in _clsact:
+            _clsact[key] -= 1
+            _release_clsact(key, ifindex)
+        if ret < 0 and -ret not in _GONE:
+            where = _on(str(ifindex), netns)
+            raise AttachError(-ret, f"cannot detach {program}'s tc filter from {where}", _last(log))
+
+
+def _release_clsact(key: tuple[str | None, int], ifindex: int) -> None:
+    """Remove the clsact qdisc at `key` if we made it and none of our filters is left."""
+    if _clsact.get(key) == 0:
+        del _clsact[key]
+        both = _tc_hook(ifindex, BPF_TC_INGRESS | BPF_TC_EGRESS)
+        lib.bpf_tc_hook_destroy(ctypes.byref(both))  # gone with its interface: fine too
+
+
+def _last(log: list[str]) -> str:
+    """libbpf's last message (for tc: the kernel's netlink error text), one line."""
+    return " ".join(log[-1].split()) if log else ""
 
 
 class Map:

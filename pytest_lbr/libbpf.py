@@ -31,6 +31,10 @@ from ctypes import (
 from typing import Any
 
 __all__ = [
+    "BpfLinkCreateOpts",
+    "BpfTcHook",
+    "BpfTcOpts",
+    "BpfXdpQueryOpts",
     "KprobeMultiOpts",
     "KprobeOpts",
     "TracepointOpts",
@@ -38,6 +42,7 @@ __all__ = [
     "BpfError",
     "MIN_LIBBPF",
     "LibbpfMissing",
+    "bpf_link_info",
     "bpf_prog_info",
     "check_int",
     "bpf_test_run_opts",
@@ -206,6 +211,69 @@ class UprobeOpts(Structure):
     ]
 
 
+class bpf_link_info(Structure):  # noqa: N801 -- uapi name
+    """`struct bpf_link_info`: its common head (the kernel fills what fits)."""
+
+    _fields_ = [("type", c_uint32), ("id", c_uint32), ("prog_id", c_uint32)]
+
+
+# -- real attachment to network interfaces (pytest_lbr.bpf: Program.attach_xdp / attach_tc) --
+
+#: uapi enum bpf_attach_type: BPF_XDP (a BPF link on an interface, Linux >= 5.9).
+BPF_XDP = 37
+#: uapi linux/if_link.h: XDP_FLAGS_SKB_MODE (generic), XDP_FLAGS_DRV_MODE (driver).
+XDP_FLAGS_SKB_MODE = 1 << 1
+XDP_FLAGS_DRV_MODE = 1 << 2
+#: uapi linux/if_link.h: what IFLA_XDP_ATTACHED (bpf_xdp_query's attach_mode) says.
+XDP_ATTACHED_MODES = {0: "none", 1: "driver", 2: "generic", 3: "hw", 4: "multi"}
+#: libbpf.h enum bpf_tc_attach_point.
+BPF_TC_INGRESS = 1 << 0
+BPF_TC_EGRESS = 1 << 1
+
+
+class BpfLinkCreateOpts(Structure):
+    """struct bpf_link_create_opts (bpf.h), its prefix: `flags` (for XDP: the mode)."""
+
+    _fields_ = [("sz", c_size_t), ("flags", c_uint32)]
+
+
+class BpfXdpQueryOpts(Structure):
+    """struct bpf_xdp_query_opts (libbpf.h, 1.1 layout): outputs of bpf_xdp_query."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("prog_id", c_uint32),
+        ("drv_prog_id", c_uint32),
+        ("hw_prog_id", c_uint32),
+        ("skb_prog_id", c_uint32),
+        ("attach_mode", c_uint8),
+    ]
+
+
+class BpfTcHook(Structure):
+    """struct bpf_tc_hook (libbpf.h): an interface's clsact ingress or egress hook."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("ifindex", c_int),
+        ("attach_point", c_int),
+        ("parent", c_uint32),
+    ]
+
+
+class BpfTcOpts(Structure):
+    """struct bpf_tc_opts (libbpf.h): the filter; bpf_tc_attach fills handle, priority, prog_id."""
+
+    _fields_ = [
+        ("sz", c_size_t),
+        ("prog_fd", c_int),
+        ("flags", c_uint32),
+        ("prog_id", c_uint32),
+        ("handle", c_uint32),
+        ("priority", c_uint32),
+    ]
+
+
 class _Lib:
     """Lazily loaded libbpf with prototypes declared once."""
 
@@ -283,6 +351,13 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_program__attach_uprobe_opts", ptr, ptr, c_int, c_char_p, c_size_t, ptr)
     _proto(cdll, "bpf_program__attach", c_void_p, c_void_p)
     _proto(cdll, "bpf_link__fd", c_int, c_void_p)
+    # Real attachment to network interfaces (pytest_lbr.bpf: attach_xdp, attach_tc).
+    _proto(cdll, "bpf_link_create", c_int, c_int, c_int, c_int, c_void_p)
+    _proto(cdll, "bpf_xdp_query", c_int, c_int, c_int, c_void_p)
+    _proto(cdll, "bpf_tc_hook_create", c_int, c_void_p)
+    _proto(cdll, "bpf_tc_hook_destroy", c_int, c_void_p)
+    _proto(cdll, "bpf_tc_attach", c_int, c_void_p, c_void_p)
+    _proto(cdll, "bpf_tc_detach", c_int, c_void_p, c_void_p)
     _proto(cdll, "bpf_link__destroy", c_int, c_void_p)
     _proto(cdll, "bpf_map__reuse_fd", c_int, c_void_p, c_int)
     _proto(cdll, "bpf_map__set_initial_value", c_int, c_void_p, c_void_p, c_size_t)

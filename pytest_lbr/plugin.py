@@ -22,7 +22,7 @@ from pytest_lbr.session import (
     LbrSession,
 )
 
-__all__ = ["bpf", "lbr", "lbr_golden"]
+__all__ = ["bpf", "lbr", "lbr_golden", "veth"]
 
 _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     # (flag, argparse kwargs, ini type)
@@ -235,6 +235,19 @@ def bpf(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
         yield loader
     finally:
         loader.close()
+
+
+@pytest.fixture
+def veth() -> Generator[Any, None, None]:
+    """A `VethPair` for this test: `veth.host` (this namespace) and `veth.peer` (eth0 in
+    the new namespace `veth.netns`), up, with IPv4 addresses; both ends, the namespace
+    and everything attached to them are removed at teardown, also when the test fails.
+    Needs root and iproute2's `ip`.
+    """
+    from pytest_lbr.netns import VethPair  # type: ignore[import-not-found,unused-ignore]
+
+    with VethPair.create() as pair:
+        yield pair
 
 
 @pytest.fixture
