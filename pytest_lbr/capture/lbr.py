@@ -274,6 +274,7 @@ class LbrCapture:
         failed = [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
         if failed:
             trace.notes.append(f"LBR: snapshot failed on {len(failed)} hits ({failed[0]})")
+        comms: dict[int, str] = {}
         for h in raw:
             where = attached[h.target] if h.target < len(attached) else None
             func = (
@@ -297,6 +298,7 @@ class LbrCapture:
                     branches=list(branches),
                     raw_branches=branches,
                     timestamp_ns=h.ts_ns,
+                    comm=comms.setdefault(h.tid, _comm(h.tid)),
                 )
             )
         return trace
@@ -308,6 +310,16 @@ class LbrCapture:
             setattr(self, attr, None)
             if obj is not None:
                 obj.close()  # type: ignore[attr-defined]
+
+
+def _comm(tid: int) -> str:
+    """The thread's command name while it still runs ("" after it exited): the
+    tracer's record has no room for it, and the kernel's hooks do not need it."""
+    try:
+        with open(f"/proc/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _traced_symbol(target: Target | None, func: str | None, ksym: str) -> str | None:

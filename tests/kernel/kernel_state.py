@@ -132,9 +132,13 @@ def session_backend(name: str) -> Any:
         raise ValueError(f"unknown backend {name!r}")
 
     class SoftwareLbr(Backend):
-        def open(self, targets: list[Any], *, filter: str | None = None, scope: str = "") -> Any:
+        def open(self, targets: list[Any], *, filter: str | None = None, scope: Any = None) -> Any:
             return LbrCapture(
-                targets, filter or "any", check=False, open_events=perf.software_branch_events
+                targets,
+                filter or "any",
+                check=False,
+                open_events=perf.software_branch_events,
+                scope=scope,
             )
 
     return SoftwareLbr(Capability("lbr", True), "lbr")

@@ -1,0 +1,132 @@
+"""Whose work a trace records (issue 15): another process (`pid=`), every task and
+interrupt context (`scope="system"`), a cgroup's tasks (`cgroup=`), on the graph
+backend and, where its in-kernel tgid filter allows, the LBR path (software
+events: every hook is real, hits carry no branches where there is no PMU).
+
+The other process is a shell writing to /dev/null in a loop: `echo` is a dash
+builtin, so each line is one write(2) -> ksys_write -> vfs_write -> write_null.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.tracer import Tracer
+from tests.kernel.kernel_state import bpf_ids, session_backend, tracefs_state
+
+pytestmark = pytest.mark.kernel
+
+WRITER = "while :; do echo x >/dev/null; sleep 0.02; done"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@pytest.fixture
+def writer() -> Iterator[subprocess.Popen[bytes]]:
+    """Another process writing to /dev/null about 50 times a second."""
+    proc = subprocess.Popen(["sh", "-c", WRITER])
+    time.sleep(0.3)  # running its loop before the trace is armed
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _own_writes(n: int = 5) -> None:
+    with open("/dev/null", "w") as f:
+        for _ in range(n):
+            f.write("y")
+            f.flush()
+
+
+def _hold(seconds: float = 0.5) -> None:
+    """Let the other process run while armed, writing ourselves too."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        _own_writes(1)
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["graph", "lbr"])
+def test_pid_scope_records_that_process_only(backend: str, writer) -> None:
+    before = (tracefs_state(), bpf_ids("link"))
+    kept = session_backend(backend)
+    with Tracer(backend=kept) as tracer:
+        with tracer.trace("kfunc:vfs_write", pid=writer.pid) as trace:
+            _hold()
+    kept.close()
+    assert (tracefs_state(), bpf_ids("link")) == before
+    assert trace.hits, str(trace)
+    assert {h.pid for h in trace.hits} == {writer.pid}, str(trace)
+    assert all(h.comm == "sh" and not h.in_interrupt for h in trace.hits), str(trace)
+    if backend == "graph":
+        assert trace.has_path("vfs_write", "write_null"), str(trace)
+        assert all(h.retval == 2 for h in trace.hits), str(trace)  # "x\n"
+
+
+@pytest.mark.parametrize("backend", ["graph", "lbr"])
+def test_system_scope_records_other_processes(backend: str, writer) -> None:
+    with Tracer(backend=session_backend(backend)) as tracer:
+        with tracer.trace("kfunc:vfs_write", scope="system") as trace:
+            _hold()
+        # The same session's next trace records this process only again.
+        with tracer.trace("kfunc:vfs_write") as own:
+            _own_writes()
+    pids = {h.pid for h in trace.hits}
+    assert {writer.pid, os.getpid()} <= pids, str(trace)
+    mine = [h for h in trace.hits if h.pid == writer.pid]
+    assert all(h.comm == "sh" for h in mine), str(trace)
+    assert {h.pid for h in own.hits} == {os.getpid()} and len(own.hits) == 5, str(own)
+
+
+def test_process_scope_leaves_other_processes_out(writer) -> None:
+    with Tracer(backend=session_backend("graph")) as tracer:
+        with tracer.trace("kfunc:vfs_write") as trace:
+            _hold()
+    assert trace.hits and {h.pid for h in trace.hits} == {os.getpid()}, str(trace)
+
+
+@pytest.fixture
+def cgroup() -> Iterator[Path]:
+    """A new cgroup v2 directory (removed after the test, its tasks moved out first)."""
+    if not (CGROUP_ROOT / "cgroup.procs").is_file():
+        subprocess.run(["mount", "-t", "cgroup2", "none", str(CGROUP_ROOT)], check=True)
+    path = CGROUP_ROOT / f"pytest-lbr-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for pid in (path / "cgroup.procs").read_text().split():
+            try:
+                (CGROUP_ROOT / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # exited meanwhile
+        path.rmdir()
+
+
+def test_cgroup_scope_records_the_cgroups_tasks(writer, cgroup: Path) -> None:
+    (cgroup / "cgroup.procs").write_text(str(writer.pid))
+    with Tracer(backend=session_backend("graph")) as tracer:
+        with tracer.trace("kfunc:vfs_write", cgroup=str(cgroup)) as trace:
+            _hold()
+    assert trace.hits, str(trace)
+    assert {h.pid for h in trace.hits} == {writer.pid}, str(trace)
+    # A relative path is under /sys/fs/cgroup.
+    with Tracer(backend=session_backend("graph")) as tracer:
+        with tracer.trace("kfunc:vfs_write", cgroup=cgroup.name) as again:
+            _hold(0.3)
+    assert {h.pid for h in again.hits} == {writer.pid}, str(again)
+
+
+def test_cgroup_scope_is_refused_by_the_lbr_backend(cgroup: Path) -> None:
+    from pytest_lbr.capture import CaptureError
+
+    with Tracer(backend=session_backend("lbr")) as tracer:
+        with pytest.raises(CaptureError, match="lbr backend cannot trace cgroup .*backend='graph'"):
+            with tracer.trace("kfunc:vfs_write", cgroup=str(cgroup)):
+                pass
