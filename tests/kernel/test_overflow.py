@@ -11,6 +11,7 @@ when the block ends, so it holds a few thousand hits; 12,000 runs overflow it.
 from __future__ import annotations
 
 import struct
+import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
+from pytest_lbr.capture import Scope
 from pytest_lbr.capture.lbr import LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
@@ -37,14 +39,17 @@ def _count(counts: Any) -> int:
     return sum(struct.unpack("<Q", v)[0] for _, v in counts.items())
 
 
-def traced_runs(runs: int) -> tuple[Trace, int]:
+def traced_runs(runs: int, scope: Scope | None = None) -> tuple[Trace, int]:
     """(trace, true number of runs) for `runs` runs of xdp_helpers under the LBR path."""
     with BpfLoader() as bpf:
         obj = bpf.load(bpf_object("xdp_helpers"))
         prog, counts = obj.programs["xdp_helpers"], obj.maps["counts"]
         before = _count(counts)
         capture = LbrCapture(
-            parse_targets([prog]), check=False, open_events=perf.software_branch_events
+            parse_targets([prog]),
+            check=False,
+            open_events=perf.software_branch_events,
+            scope=scope,
         )
         try:
             capture.start()
@@ -64,6 +69,20 @@ def test_lost_is_exactly_the_hits_not_delivered(runs: int) -> None:
         assert trace.lost == 0
     else:
         assert trace.lost > 0, "12,000 runs did not overflow the ring buffer: nothing tested"
+
+
+def test_system_wide_burst_counts_what_it_drops() -> None:
+    """scope="system" (no tgid filter in the hooks) while another process keeps a
+    CPU busy writing: the burst overflows and `lost` is still exactly the loss."""
+    busy = subprocess.Popen(["sh", "-c", "while :; do echo x >/dev/null; done"])
+    try:
+        trace, truth = traced_runs(12_000, Scope.of("system"))
+    finally:
+        busy.kill()
+        busy.wait()
+    assert truth == 12_000
+    assert trace.lost > 0, "12,000 runs did not overflow the ring buffer: nothing tested"
+    assert trace.lost == truth - len(trace.hits), (trace.lost, truth, len(trace.hits))
 
 
 def test_golden_check_of_an_incomplete_trace_says_so(pytester: pytest.Pytester) -> None:
