@@ -27,6 +27,15 @@ WRITER = "while :; do echo x >/dev/null; sleep 0.02; done"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+@pytest.fixture(scope="module")
+def graph() -> Iterator[object]:
+    """One graph backend for the module, as a session keeps it: turning the function
+    tracer on and off costs seconds under TCG, so the tests share it."""
+    backend = session_backend("graph")
+    yield backend
+    backend.close()
+
+
 @pytest.fixture
 def writer() -> Iterator[subprocess.Popen[bytes]]:
     """Another process writing to /dev/null about 50 times a second."""
@@ -44,7 +53,7 @@ def _own_writes(n: int = 5) -> None:
             f.flush()
 
 
-def _hold(seconds: float = 0.5) -> None:
+def _hold(seconds: float = 0.3) -> None:
     """Let the other process run while armed, writing ourselves too."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -70,8 +79,8 @@ def test_pid_scope_records_that_process_only(backend: str, writer) -> None:
 
 
 @pytest.mark.parametrize("backend", ["graph", "lbr"])
-def test_system_scope_records_other_processes(backend: str, writer) -> None:
-    with Tracer(backend=session_backend(backend)) as tracer:
+def test_system_scope_records_other_processes(backend: str, writer, graph) -> None:
+    with Tracer(backend=graph if backend == "graph" else session_backend(backend)) as tracer:
         with tracer.trace("kfunc:vfs_write", scope="system") as trace:
             _hold()
         # The same session's next trace records this process only again.
@@ -84,8 +93,8 @@ def test_system_scope_records_other_processes(backend: str, writer) -> None:
     assert {h.pid for h in own.hits} == {os.getpid()} and len(own.hits) == 5, str(own)
 
 
-def test_process_scope_leaves_other_processes_out(writer) -> None:
-    with Tracer(backend=session_backend("graph")) as tracer:
+def test_process_scope_leaves_other_processes_out(writer, graph) -> None:
+    with Tracer(backend=graph) as tracer:
         with tracer.trace("kfunc:vfs_write") as trace:
             _hold()
     assert trace.hits and {h.pid for h in trace.hits} == {os.getpid()}, str(trace)
@@ -109,17 +118,16 @@ def cgroup() -> Iterator[Path]:
         path.rmdir()
 
 
-def test_cgroup_scope_records_the_cgroups_tasks(writer, cgroup: Path) -> None:
+def test_cgroup_scope_records_the_cgroups_tasks(writer, cgroup: Path, graph) -> None:
     (cgroup / "cgroup.procs").write_text(str(writer.pid))
-    with Tracer(backend=session_backend("graph")) as tracer:
+    with Tracer(backend=graph) as tracer:
         with tracer.trace("kfunc:vfs_write", cgroup=str(cgroup)) as trace:
+            _hold()
+        # A relative path is under /sys/fs/cgroup.
+        with tracer.trace("kfunc:vfs_write", cgroup=cgroup.name) as again:
             _hold()
     assert trace.hits, str(trace)
     assert {h.pid for h in trace.hits} == {writer.pid}, str(trace)
-    # A relative path is under /sys/fs/cgroup.
-    with Tracer(backend=session_backend("graph")) as tracer:
-        with tracer.trace("kfunc:vfs_write", cgroup=cgroup.name) as again:
-            _hold(0.3)
     assert {h.pid for h in again.hits} == {writer.pid}, str(again)
 
 
