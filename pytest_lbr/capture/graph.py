@@ -555,28 +555,58 @@ def build_hits(
     as a context of their own beside the interrupted thread's (a NAPI poll
     running an XDP program on whatever task the softirq came in on): their
     hits have `in_interrupt` set.
+
+    A hardirq that comes in on interrupt-context work (a timer tick in the
+    middle of an XDP program's run in a NAPI poll) is a context of its own
+    too: it is not that work's, as an interrupt is not the thread's. Kept with
+    it, its calls nested into the run and cut it into two hits, the second
+    taking in the rest of the poll. ftrace flags both kinds as irq alike; in
+    a thread's interrupt records, `irq_enter_rcu` opens such a hardirq (one
+    that interrupts a task is entered before the irq bit is set: its
+    `irq_enter_rcu` is among the task's records) and `irq_exit_rcu` closes it.
     """
+    forever = 1 << 63
     by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
+    nested: dict[int, list[FunctionRecord | EventRecord]] = {}  # hardirqs on interrupt work
+    spans: dict[int, list[list[int]]] = {}  # tid -> [start, end] of each such hardirq
     for r in records:
         irq = isinstance(r, FunctionRecord) and r.in_irq
+        if interrupts and isinstance(r, FunctionRecord) and irq:
+            open_span = spans.get(r.tid, [[0, 0]])[-1]
+            if r.func == "irq_enter_rcu":
+                if open_span[1] == forever:
+                    open_span[1] = r.ts_ns  # its exit was not recorded
+                spans.setdefault(r.tid, []).append([r.ts_ns, forever])
+            elif r.func in ("irq_exit_rcu", "__irq_exit_rcu") and open_span[1] == forever:
+                open_span[1] = r.ts_ns
         if isinstance(r, FunctionRecord) and (
             (irq and not interrupts) or r.parent == TRACE_CLOCK or _interrupt_edge(r)
         ):
             continue  # interrupts are not the thread's work, clock reads are ftrace's
+        if irq and spans.get(r.tid, [[0, 0]])[-1][1] == forever:
+            nested.setdefault(r.tid, []).append(r)
+            continue
         by_context.setdefault((r.tid, irq), []).append(r)
     exits = exits or {}
-    exits_in: dict[tuple[int, bool], dict[int, list[RawHit]]] = {}
+    # (tid, in interrupt context, in a hardirq that came in on interrupt-context work)
+    contexts: dict[tuple[int, bool, bool], list[FunctionRecord | EventRecord]] = {
+        (tid, irq, False): recs for (tid, irq), recs in by_context.items()
+    }
+    contexts.update({(tid, True, True): recs for tid, recs in nested.items()})
+    exits_in: dict[tuple[int, bool, bool], dict[int, list[RawHit]]] = {}
     for i, raws in exits.items():
         for raw in raws:
-            context = (raw.tid, interrupts and _ran_in_interrupt(by_context, raw))
-            by_context.setdefault(context, [])  # a run that called nothing has no records
+            irq = interrupts and _ran_in_interrupt(by_context, raw)
+            inner = irq and any(lo <= raw.ts_ns <= hi for lo, hi in spans.get(raw.tid, []))
+            context = (raw.tid, irq, inner)
+            contexts.setdefault(context, [])  # a run that called nothing has no records
             exits_in.setdefault(context, {}).setdefault(i, []).append(raw)
     hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
     hits: list[Hit] = []
-    for (tid, irq), recs in by_context.items():
+    for (tid, irq, inner), recs in contexts.items():
         recs = _without_exit_hooks(recs, hook_times)
         steps = list(reconstruct(recs, returns))
-        mine = exits_in.get((tid, irq), {})
+        mine = exits_in.get((tid, irq, inner), {})
         found: list[Hit] = []
         for i, target in enumerate(targets):
             if target.kind == "tp":
