@@ -3,14 +3,16 @@ interrupt context (`scope="system"`), a cgroup's tasks (`cgroup=`), on the graph
 backend and, where its in-kernel tgid filter allows, the LBR path (software
 events: every hook is real, hits carry no branches where there is no PMU).
 
-The other process is a shell writing to /dev/null in a loop: `echo` is a dash
-builtin, so each line is one write(2) -> ksys_write -> vfs_write -> write_null.
+The other process is a Python loop writing 2 bytes to /dev/null every 10 ms
+(no process started per write, so a cgroup or pid holds just it): each is one
+write(2) -> ksys_write -> vfs_write -> write_null.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +25,15 @@ from tests.kernel.kernel_state import bpf_ids, session_backend, tracefs_state
 
 pytestmark = pytest.mark.kernel
 
-WRITER = "while :; do echo x >/dev/null; sleep 0.02; done"
+WRITER = """
+import os, sys, time
+fd = os.open("/dev/null", os.O_WRONLY)
+os.write(fd, b"x\\n")
+print("ready", flush=True)
+while True:
+    os.write(fd, b"x\\n")
+    time.sleep(0.01)
+"""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -38,9 +48,9 @@ def graph() -> Iterator[object]:
 
 @pytest.fixture
 def writer() -> Iterator[subprocess.Popen[bytes]]:
-    """Another process writing to /dev/null about 50 times a second."""
-    proc = subprocess.Popen(["sh", "-c", WRITER])
-    time.sleep(0.3)  # running its loop before the trace is armed
+    """Another process writing to /dev/null every 10 ms, in its loop when yielded."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     yield proc
     proc.kill()
     proc.wait()
@@ -72,7 +82,8 @@ def test_pid_scope_records_that_process_only(backend: str, writer) -> None:
     assert (tracefs_state(), bpf_ids("link")) == before
     assert trace.hits, str(trace)
     assert {h.pid for h in trace.hits} == {writer.pid}, str(trace)
-    assert all(h.comm == "sh" and not h.in_interrupt for h in trace.hits), str(trace)
+    comm = Path(f"/proc/{writer.pid}/comm").read_text().strip()
+    assert all(h.comm == comm and not h.in_interrupt for h in trace.hits), str(trace)
     if backend == "graph":
         assert trace.has_path("vfs_write", "write_null"), str(trace)
         assert all(h.retval == 2 for h in trace.hits), str(trace)  # "x\n"
@@ -88,8 +99,8 @@ def test_system_scope_records_other_processes(backend: str, writer, graph) -> No
             _own_writes()
     pids = {h.pid for h in trace.hits}
     assert {writer.pid, os.getpid()} <= pids, str(trace)
-    mine = [h for h in trace.hits if h.pid == writer.pid]
-    assert all(h.comm == "sh" for h in mine), str(trace)
+    comm = Path(f"/proc/{writer.pid}/comm").read_text().strip()
+    assert all(h.comm == comm for h in trace.hits if h.pid == writer.pid), str(trace)
     assert {h.pid for h in own.hits} == {os.getpid()} and len(own.hits) == 5, str(own)
 
 
