@@ -216,6 +216,15 @@ def _subnet(pid: int, n: int) -> tuple[str, str]:
     raise NetnsError("no free /30 left in 198.18.0.0/15 for a veth pair")
 
 
+def _load_veth() -> None:
+    """Load the veth driver if it is a module not loaded yet. The kernel would load it on
+    demand, but not always: in the 6.1 guest `ip link add ... type veth` failed with
+    "Unknown device type" until something ran modprobe."""
+    if os.path.isdir("/sys/module/veth") or shutil.which("modprobe") is None:
+        return
+    subprocess.run(["modprobe", "-q", "veth"], capture_output=True, check=False)
+
+
 def _disable_ipv6(ifname: str) -> None:
     path = Path("/proc/sys/net/ipv6/conf", ifname, "disable_ipv6")
     if path.exists():  # not where the kernel runs without IPv6
@@ -253,6 +262,7 @@ class VethPair:
             f"02:6c:62:{(n >> 8) & 0xFF:02x}:{n & 0xFF:02x}:{i:02x}" for i in (1, 2)
         )
         host_addr, peer_addr = _subnet(pid, n)
+        _load_veth()
         ip("netns", "add", netns)
         pair = cls(
             netns,
