@@ -100,6 +100,7 @@ def test_golden_check_of_an_incomplete_trace_says_so(pytester: pytest.Pytester) 
     )
     result = pytester.runpytest_subprocess(*PYTEST_QUIET)
     out = result.stdout.str()
+    assert result.ret == 1, f"{out}\n{result.stderr.str()}"
     result.assert_outcomes(failed=1)
     assert "records: a golden comparison would be unreliable" in out, out
     assert "trace lost " in out
