@@ -41,9 +41,12 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 def graph() -> Iterator[object]:
     """One graph backend for the module, as a session keeps it: turning the function
     tracer on and off costs seconds under TCG, so the tests share it."""
+    before = (tracefs_state(), bpf_ids("link"))
     backend = session_backend("graph")
     yield backend
     backend.close()
+    # Whatever scope the traces had, closing the backend leaves the kernel as it was.
+    assert (tracefs_state(), bpf_ids("link")) == before
 
 
 @pytest.fixture
@@ -72,14 +75,12 @@ def _hold(seconds: float = 0.3) -> None:
 
 
 @pytest.mark.parametrize("backend", ["graph", "lbr"])
-def test_pid_scope_records_that_process_only(backend: str, writer) -> None:
-    before = (tracefs_state(), bpf_ids("link"))
-    kept = session_backend(backend)
-    with Tracer(backend=kept) as tracer:
+def test_pid_scope_records_that_process_only(backend: str, writer, graph) -> None:
+    links = bpf_ids("link")
+    with Tracer(backend=graph if backend == "graph" else session_backend(backend)) as tracer:
         with tracer.trace("kfunc:vfs_write", pid=writer.pid) as trace:
             _hold()
-    kept.close()
-    assert (tracefs_state(), bpf_ids("link")) == before
+    assert bpf_ids("link") == links
     assert trace.hits, str(trace)
     assert {h.pid for h in trace.hits} == {writer.pid}, str(trace)
     comm = Path(f"/proc/{writer.pid}/comm").read_text().strip()
