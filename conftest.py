@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 import pytest_lbr
 
 os.environ["PYTHONSAFEPATH"] = "1"
@@ -20,3 +22,18 @@ os.environ["PYTHONSAFEPATH"] = "1"
 
 def pytest_report_header() -> str:
     return f"pytest_lbr under test: {pytest_lbr.__file__}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many cases each fuzz test ran (tests/fuzzing.py), under xdist too."""
+    lines = [
+        f"{report.nodeid}: {value} cases"
+        for key in ("", "passed", "failed", "error")
+        for report in terminalreporter.stats.get(key, [])
+        for name, value in getattr(report, "user_properties", ())
+        if name == "fuzz_cases"
+    ]
+    if lines:
+        terminalreporter.section("fuzz cases run")
+        for line in sorted(set(lines)):
+            terminalreporter.write_line(line)

@@ -1,5 +1,5 @@
 """What the fuzz tests (tests/test_fuzz_*.py) share: the case budget, Hypothesis
-settings, and the per-module count of cases run, printed after the module."""
+settings, and the count of cases each test ran, printed in the terminal summary."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-__all__ = ["budget", "fuzz_settings", "report_runs"]
+__all__ = ["FUZZ_CASES", "budget", "fuzz_settings", "report_runs"]
+
+#: The user property a fuzz test's report carries: how many cases it ran.
+FUZZ_CASES = "fuzz_cases"
 
 
 def budget(n: int) -> int:
@@ -29,15 +32,15 @@ def fuzz_settings(n: int) -> settings:
 
 
 def report_runs(runs: Counter[str]) -> Callable[..., Iterator[None]]:
-    """A module-scoped autouse fixture printing `runs` (test name -> cases) at the end."""
+    """An autouse fixture recording `runs` (test name -> cases) on each fuzz test's
+    report as the user property "fuzz_cases": the root conftest prints them in the
+    terminal summary, also from pytest-xdist workers (whose output is not shown)."""
 
-    @pytest.fixture(scope="module", autouse=True)
+    @pytest.fixture(autouse=True)
     def _report_runs(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
-        # Printed past pytest's capture so the count shows without -s too.
-        capman = request.config.pluginmanager.getplugin("capturemanager")
-        with capman.global_and_fixture_disabled():
-            for name, n in sorted(runs.items()):
-                print(f"\nfuzz {request.module.__name__}::{name}: {n} cases")
+        name = request.node.originalname
+        if name in runs:
+            request.node.user_properties.append((FUZZ_CASES, runs[name]))
 
     return _report_runs
