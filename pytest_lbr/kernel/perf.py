@@ -42,7 +42,9 @@ PERF_SAMPLE_BRANCH_KERNEL = 1 << 1
 #: Ask the kernel to fill perf_branch_entry.type (Linux commit eb0baf8a0d92, v4.14).
 PERF_SAMPLE_BRANCH_TYPE_SAVE = 1 << 16
 PERF_FLAG_FD_CLOEXEC = 1 << 3
-_NR_PERF_EVENT_OPEN = 298  # x86_64
+#: perf_event_open's number per `uname -m` (arch/x86/entry/syscalls/syscall_64.tbl;
+#: arm64 and riscv64 take the generic table, include/uapi/asm-generic/unistd.h).
+PERF_EVENT_OPEN_NR = {"x86_64": 298, "aarch64": 241, "riscv64": 241}
 
 #: --lbr-filter value -> branch_sample_type bits (besides KERNEL and TYPE_SAVE).
 BRANCH_FILTERS = {
@@ -93,9 +95,13 @@ _syscall.restype = ctypes.c_long
 
 
 def perf_event_open(attr: perf_event_attr, pid: int, cpu: int, group_fd: int = -1) -> int:
-    """perf_event_open(2) with FD_CLOEXEC; raises OSError with the errno."""
+    """perf_event_open(2) with FD_CLOEXEC; raises OSError with the errno (ENOSYS
+    on a machine whose syscall number `PERF_EVENT_OPEN_NR` does not know)."""
+    number = PERF_EVENT_OPEN_NR.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"perf_event_open: no syscall number for {os.uname().machine}")
     fd = _syscall(
-        ctypes.c_long(_NR_PERF_EVENT_OPEN),
+        ctypes.c_long(number),
         ctypes.byref(attr),
         ctypes.c_int(pid),
         ctypes.c_int(cpu),
