@@ -52,6 +52,8 @@ ENV_STRICT = "PYTEST_LBR_STRICT"
 #: The guest's results directory (the tally goes there).
 ENV_RESULTS = "PYTEST_LBR_RESULTS"
 TALLY_FILE = "tally.json"
+#: The pid of the pytest process that writes the tally (set by the first one).
+ENV_TALLY_OWNER = "PYTEST_LBR_TALLY_OWNER"
 #: The kernel splats the guest's pytest saw, one `Splat.key` a line: the VM runner
 #: fails a guest whose kernel log holds any other.
 SPLATS_FILE = "kernel-splats.txt"
@@ -166,10 +168,19 @@ class TallyCounter:
     """Collects test reports (on the xdist controller too) into a Tally; a pytest plugin."""
 
     _RANK = {"passed": 0, "skipped": 1, "failed": 2}
+    #: The counter that writes the tally in this process (the outermost session's).
+    _owner: TallyCounter | None = None
 
     def __init__(self) -> None:
         self._outcome: dict[str, str] = {}
         self._kernel: set[str] = set()
+        # Only the guest's outermost session writes: the pytest sessions its tests
+        # start (pytester, in this process or a child) inherit ENV_TALLY_OWNER and
+        # would otherwise write their own counts over the run's while it goes on.
+        owner = os.environ.setdefault(ENV_TALLY_OWNER, str(os.getpid()))
+        self._writes = owner == str(os.getpid()) and TallyCounter._owner is None
+        if self._writes:
+            TallyCounter._owner = self
 
     def add(self, report: Any) -> None:
         """Fold one phase's report in: a test counts as its worst phase."""
@@ -200,6 +211,9 @@ class TallyCounter:
 
     def pytest_sessionfinish(self, session: Any) -> None:
         results = os.environ.get(ENV_RESULTS)
+        if not self._writes:
+            return
+        TallyCounter._owner = None
         if in_guest() and results and not hasattr(session.config, "workerinput"):
             self.write(Path(results))
 

@@ -44,6 +44,7 @@ from pytest_lbr.guest import (
     ENV_GUEST,
     ENV_RESULTS,
     ENV_STRICT,
+    ENV_TALLY_OWNER,
     SPLATS_FILE,
     Shard,
     Tally,
@@ -584,6 +585,9 @@ def guest_main(
         **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
     )
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop(
+        ENV_TALLY_OWNER, None
+    )  # this guest's pytest writes its tally (a host pytest may have set it)
     if cache is not None:
         env["XDG_CACHE_HOME"] = str(cache.parent)  # the same cache whatever $HOME is here
     if execute is not None:

@@ -102,7 +102,14 @@ def test_passes_then_teardown_fails(broken):
     pass
 """
     )
-    suite.runpytest().assert_outcomes(passed=2, failed=1, skipped=2, errors=1)
+    # A session started by a test of the guest's own run (the owner is another
+    # process) leaves the run's tally alone.
+    monkeypatch.setenv("PYTEST_LBR_TALLY_OWNER", "1")
+    suite.runpytest_subprocess().assert_outcomes(passed=2, failed=1, skipped=2, errors=1)
+    assert not (results / "tally.json").exists()
+    # The guest's outermost session writes it.
+    monkeypatch.delenv("PYTEST_LBR_TALLY_OWNER")
+    suite.runpytest_subprocess().assert_outcomes(passed=2, failed=1, skipped=2, errors=1)
     tally = json.loads((results / "tally.json").read_text())
     assert tally == {
         "passed": 1,
