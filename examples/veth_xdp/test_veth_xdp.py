@@ -81,8 +81,9 @@ def test_packets_through_a_veth_run_the_program(nothing_left, counter, veth, lbr
     # The first packet inserted the counter, the others found it.
     calls = [[b.dst.symbol for b in h.branches if b.kind == "call"] for h in runs]
     assert ["htab_map_update_elem" in c for c in calls] == [True] + [False] * (PACKETS - 1)
-    # Where it ran: in softirq on some CPU, on top of whatever task was interrupted.
-    assert all(h.in_interrupt for h in runs), str(trace)
-    assert all(0 <= h.cpu < os.cpu_count() for h in runs), str(trace)
+    # Where it ran: in softirq on some CPU, on top of whatever task was interrupted
+    # (the lbr backend does not record the context).
+    assert all(h.in_interrupt or trace.backend == "lbr" for h in runs), str(trace)
+    assert all(0 <= h.cpu < (os.cpu_count() or 1) for h in runs), str(trace)
     # Not a test run: the capture never entered BPF_PROG_TEST_RUN.
     assert "bpf_prog_test_run" not in trace.capture_text
