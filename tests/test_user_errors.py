@@ -114,5 +114,6 @@ def test_children_scope_on_the_lbr_backend_says_to_use_graph() -> None:
     with pytest.raises(CaptureError) as err:
         open_capture("lbr", [], scope="children")
     assert str(err.value) == (
-        "scope='children' is not supported by the lbr backend yet; use backend='graph'"
+        "the lbr backend cannot trace children yet (its hooks filter by one process id, "
+        "or none with scope='system'); use backend='graph'"
     )

@@ -24,6 +24,7 @@ from pytest_lbr.capture.base import (
     Capture,
     CaptureError,
     Scope,
+    as_scope,
 )
 from pytest_lbr.targets import Target
 
@@ -96,7 +97,7 @@ class Backend:
         targets: list[Target],
         *,
         filter: str | None = None,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
     ) -> Capture:
         """A not-yet-armed capture of `targets` (`scope`: whose work; this process by default)."""
         if not self.capability.available:
@@ -106,7 +107,7 @@ class Backend:
 
             if self._recorder is None:
                 self._recorder = GraphRecorder()
-            return GraphCapture(targets, self._recorder, scope=scope)
+            return GraphCapture(targets, self._recorder, scope=as_scope(scope))
         return open_capture(self.name, targets, filter=filter, scope=scope)
 
     def close(self) -> None:
@@ -124,7 +125,7 @@ def open_capture(
     targets: list[Target],
     *,
     filter: str | None = None,
-    scope: Scope | None = None,
+    scope: Scope | str | None = None,
 ) -> Capture:
     """A not-yet-armed capture of `targets` on a concrete backend ("lbr" or "graph"),
     set up for this capture alone (`Backend.open` shares the set-up between captures)."""
@@ -135,5 +136,5 @@ def open_capture(
     if backend == "graph":
         from pytest_lbr.capture.graph import GraphCapture
 
-        return GraphCapture(targets, scope=scope)
+        return GraphCapture(targets, scope=as_scope(scope))
     raise CaptureError(f"unknown backend {backend!r}; expected 'lbr' or 'graph'")

@@ -14,7 +14,16 @@ from typing import Protocol
 from pytest_lbr.errors import UserError
 from pytest_lbr.model import Trace
 
-__all__ = ["BACKENDS", "FILTERS", "SCOPES", "Capability", "Capture", "CaptureError", "Scope"]
+__all__ = [
+    "BACKENDS",
+    "FILTERS",
+    "SCOPES",
+    "Capability",
+    "Capture",
+    "CaptureError",
+    "Scope",
+    "as_scope",
+]
 
 #: Backend names a user can ask for.
 BACKENDS = ("auto", "lbr", "graph")
@@ -94,6 +103,13 @@ class Scope:
         if self.pid is not None:
             return f"pid {self.pid}" + (" and its children" if self.kind == "children" else "")
         return self.kind
+
+
+def as_scope(scope: Scope | str | None) -> Scope:
+    """A `Scope` from a scope name (checked), or the default (this process) for None."""
+    if isinstance(scope, Scope):
+        return scope
+    return Scope.of(scope or "process")
 
 
 def _threads(pid: int) -> set[int]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_lbr.capture.base import Capability, CaptureError, Scope
+from pytest_lbr.capture.base import Capability, CaptureError, Scope, as_scope
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import Target
 
@@ -207,11 +207,11 @@ class LbrCapture:
         *,
         check: bool = True,
         open_events: Callable[[str], Any] | None = None,
-        scope: Scope | None = None,
+        scope: Scope | str | None = None,
     ) -> None:
         self.targets = list(targets)
         self.filter = filter
-        self.scope = scope or Scope()
+        self.scope = as_scope(scope)
         if self.scope.kind == "children" or self.scope.cgroup is not None:
             # The tracer's hooks filter by one tgid in the kernel (or none).
             raise CaptureError(
