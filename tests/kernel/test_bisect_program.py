@@ -11,7 +11,9 @@ call path. The bisection must name that commit, list the broken one as skipped
 It passes in the 6.1 and 6.12 guests. Guest time (2026-11-25, TCG, other guests on the
 same two cores): 6.12 8 min, 6.1 6 min for the test; each inner pytest session (the
 recording, then one per tested commit, 4-5 of them) costs about 40-70 s there, most of
-it the graph backend turning the function tracer on and off.
+it the graph backend turning the function tracer on and off. So CI runs it in the
+6.12 guest only (issue 16 asks for that one); elsewhere it skips, allowed, unless
+PYTEST_LBR_BISECT_ALL_KERNELS=1.
 """
 
 from __future__ import annotations
@@ -26,7 +28,16 @@ import pytest
 
 from tests.commands import PYTEST_LBR, PYTEST_QUIET
 
-pytestmark = pytest.mark.kernel
+pytestmark = [
+    pytest.mark.kernel,
+    pytest.mark.allow_skip,
+    pytest.mark.skipif(
+        not os.uname().release.startswith("6.12.")
+        and os.environ.get("PYTEST_LBR_BISECT_ALL_KERNELS") != "1",
+        reason="the program-history bisection runs in the 6.12 guest only (CI time); "
+        "PYTEST_LBR_BISECT_ALL_KERNELS=1 runs it here",
+    ),
+]
 
 PROGRAM = """\
 // SPDX-License-Identifier: GPL-2.0
