@@ -228,6 +228,55 @@ class Instance:
         """
         self.write("set_ftrace_pid", " ".join(str(p) for p in sorted(pids)))
 
+    def set_notrace_pids(self, pids: Iterable[int]) -> None:
+        """Never record these threads' functions (`set_ftrace_notrace_pid`; empty: none).
+
+        With the option function-fork on, the threads they start are added too.
+        Events are not filtered by it.
+        """
+        self.write("set_ftrace_notrace_pid", " ".join(str(p) for p in sorted(pids)))
+
+    def unread(self) -> int:
+        """Records in the ring buffer not read (consumed) yet, summed over CPUs."""
+        total = 0
+        for stats in sorted((self.path / "per_cpu").glob("cpu*/stats")):
+            for line in stats.read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "entries":
+                    total += int(value.split()[0])
+        return total
+
+    def read_pipe(self, limit: int = 1 << 23) -> str:
+        """The records `trace_pipe` holds now, consumed, as text; never blocks.
+
+        Whole lines only (the kernel hands a record that does not fit in a read
+        over at the next one), up to about `limit` bytes: the rest stays in the
+        ring buffer for the next call. Opened and closed per call: an open
+        trace_pipe would hold the instance (rmdir gives EBUSY) and its tracer.
+        """
+        path = self.path / "trace_pipe"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise TracefsError(exc.errno, f"opening {path}: {exc.strerror}") from None
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while size < limit:
+                try:
+                    data = os.read(fd, 1 << 16)  # the kernel gives at most a page per read
+                except BlockingIOError:
+                    break  # empty
+                except OSError as exc:
+                    raise TracefsError(exc.errno, f"reading {path}: {exc.strerror}") from None
+                if not data:
+                    break
+                chunks.append(data)
+                size += len(data)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode(errors="replace")
+
     def release(self) -> None:
         """Disable the events and remove the probes added so far, keep the instance."""
         for event in self._events:
