@@ -314,16 +314,43 @@ class GraphCapture:
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
         self._exits: HookSet | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
+        self._live: _Live | None = None  # set by live(): read with poll() while armed
         self.text = ""
+
+    def live(self) -> None:
+        """Make this a live capture, read with `poll()` while it runs (call before `start()`).
+
+        This process is never recorded (nor, with scope "system", what it starts):
+        a live reader that traced itself would record its own reading of the
+        trace. So the scope must name other tasks: a pid, a cgroup or "system".
+        """
+        if self._instance is not None:
+            raise CaptureError("graph capture: live() comes before start()")
+        scope = self.scope
+        if scope.kind != "system" and scope.cgroup is None and scope.pid in (None, os.getpid()):
+            raise CaptureError(
+                "a live trace cannot record its own process (it would record its own "
+                "reading of the trace): trace another pid, a cgroup or the system"
+            )
+        self._live = _Live()
 
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
         self._tids = self.scope.tids()
         children = self.scope.kind == "children" or self.scope.cgroup is not None
-        self._instance = inst = self._recorder.instance(self._tids, children)
+        # Live, every task: function-fork makes what this process starts (a
+        # symbolizer) as untraced as itself (no pid list to add it to here).
+        follow = self._live is not None and self.scope.kind == "system"
+        self._instance = inst = self._recorder.instance(self._tids, children or follow)
         try:
             if children:
                 inst.enable_event(FORK_EVENT)
+            if self._live is not None:
+                self._live.own = _own_threads()
+                inst.set_notrace_pids(self._live.own)
+                # A reader behind the kernel reads the oldest records first: a
+                # smaller buffer keeps it nearer the present (and loses, counted).
+                inst.write("buffer_size_kb", str(LIVE_BUFFER_KB))
             self._configure(inst)
             inst.clear()
         except TracefsError as exc:
@@ -332,11 +359,14 @@ class GraphCapture:
         self._window = (_clock_ns(), 0)
 
     def stop(self) -> Trace:
-        """Disarm first, then read and cut the records into hits."""
+        """Disarm first, then read and cut the records into hits (a live capture:
+        the hits `poll()` has not returned yet)."""
         t_disarm = _clock_ns()
         inst = self._instance
         if inst is None:
             raise CaptureError("graph capture stopped before it was started")
+        if self._live is not None:
+            return self._stop_live(self._live, inst)
         inst.disarm()
         self._window = (self._window[0], t_disarm)
         exits: dict[int, list[RawHit]] = {i: [] for i in self._exit_targets}
@@ -358,20 +388,9 @@ class GraphCapture:
         trace.notes = list(self._notes)
         if trace.lost:
             trace.notes.append(f"ftrace ring buffer overran: {trace.lost} records lost")
-        # uprobes fire in whichever process runs the binary, not only ours.
-        user_events = {self._events[i] for i in self._user}
         everyone = self.scope.kind == "system"
         interrupts = self.scope.interrupts
-
-        def wanted(r: FunctionRecord | EventRecord) -> bool:
-            if not self._window[0] < r.ts_ns < self._window[1]:
-                return False
-            if everyone or r.tid in self._tids:
-                return True
-            if isinstance(r, EventRecord):
-                return r.name in user_events
-            return interrupts and r.in_irq
-
+        wanted = self._keeps(self._window[1])
         kept = [r for r in records if wanted(r)]
         if not everyone:
             # fexit hooks see every process where the scope is not this process.
@@ -410,10 +429,224 @@ class GraphCapture:
                 exits.close()
             if inst is not None:
                 inst.disarm()
+                if self._live is not None:
+                    _end_live(inst)
                 inst.release()
         finally:
             if self._own:
                 self._recorder.close()
+
+    # -- live ---------------------------------------------------------------------
+
+    def poll(self) -> list[Hit]:
+        """The hits completed since the last poll, oldest first (a `live()` capture, armed).
+
+        Reads what the instance's trace_pipe holds (consuming it) and the
+        programs' fexit records, and keeps each context's records (a thread, or
+        the interrupts on it) until the hits they make are complete:
+
+        * ``kfunc:NAME``: at its return event; a glob (no return event): when the
+          thread's next hit of it starts, or the thread has been quiet for
+          `LIVE_QUIET_S`;
+        * a BPF program: at its fexit record (where fexit cannot attach: as a glob);
+        * ``tp:``, ``uprobe:``, ``uretprobe:``: at the event; its calls are the
+          thread's since its previous hit, `LIVE_HOLD_NS` back at most.
+
+        The records of the hits it returns are dropped, so each hit comes once.
+        A context holding more than `LIVE_MAX_PENDING` records hands its hits over
+        as they stand (`notes` counts it). `stop()` returns the rest.
+        """
+        live, inst = self._live, self._instance
+        if live is None or inst is None:
+            raise CaptureError("graph capture: poll() needs live() and start()")
+        self._take_live(live, inst)
+        return self._settle_live(live, final=False)
+
+    @property
+    def lost(self) -> int:
+        """Records lost so far: ftrace ring buffer overruns, and the fexit returns
+        the hook's ring buffer dropped."""
+        n = self._instance.lost() if self._instance is not None else 0
+        n += self._live.unread if self._live is not None else 0
+        return n + (self._exits.lost if self._exits is not None else 0)
+
+    @property
+    def notes(self) -> list[str]:
+        """Why the hits so far may be incomplete (e.g. no return values: fexit)."""
+        notes = list(self._notes)
+        if self._live is not None and self._live.cut_short:
+            notes.append(
+                f"{self._live.cut_short} time(s) a thread held over {LIVE_MAX_PENDING} records "
+                "for an unfinished hit: its hits were handed over as they stood"
+            )
+        return notes
+
+    def _stop_live(self, live: _Live, inst: Instance) -> Trace:
+        """Disarm, read what is left (for `LIVE_FINAL_S` at most: the records still
+        unread then count as lost) and hand over every hit not yet returned."""
+        inst.disarm()
+        until = time.monotonic() + LIVE_FINAL_S
+        while time.monotonic() < until and self._take_live(live, inst):
+            pass
+        live.unread = inst.unread()
+        trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
+        trace.hits = self._settle_live(live, final=True)
+        trace.lost = self.lost
+        trace.notes = self.notes
+        if trace.lost:
+            trace.notes.append(f"ring buffers overran: {trace.lost} records lost")
+        if live.unread:
+            trace.notes.append(f"{live.unread} records still unread at stop (counted as lost)")
+        _end_live(inst)
+        return trace
+
+    def _take_live(self, live: _Live, inst: Instance) -> bool:
+        """Add what arrived to the contexts' records; whether anything did."""
+        # fexit records first: a run's function records are in the pipe before its return.
+        raws = self._exits.drain() if self._exits is not None else []
+        try:
+            text = inst.read_pipe(LIVE_READ_LIMIT)
+        except TracefsError as exc:
+            raise CaptureError(f"graph backend: {exc}") from None
+        if not text and not raws:
+            return False
+        text = live.partial + text
+        end = text.rfind("\n") + 1
+        text, live.partial = text[:end], text[end:]
+        records = parse_trace(text)
+        self._recorder.skip_clock_reads(records)
+        if self.scope.kind == "children" or self.scope.cgroup is not None:
+            self._tids |= descendants(self._tids, records)
+        if self.scope.cgroup is not None:
+            self._tids |= self.scope.tids()  # moved in since
+        wanted = self._keeps(None)
+        mine, now = os.getpid(), time.monotonic()
+        for r in records:
+            # Events are not filtered by set_ftrace_notrace_pid: ours go here.
+            if r.tgid == mine or r.tid in live.own or not wanted(r):
+                continue
+            live.add((r.tid, isinstance(r, FunctionRecord) and r.in_irq), r, now)
+        for raw in raws:
+            if raw.pid == mine or raw.ts_ns <= self._window[0]:
+                continue
+            irq = self.scope.interrupts and _ran_in_interrupt(live.records, raw)
+            if self.scope.kind == "system" or raw.tid in self._tids or irq:
+                live.add_exit((raw.tid, irq), self._exit_targets[raw.target], raw, now)
+        return True
+
+    def _settle_live(self, live: _Live, final: bool) -> list[Hit]:
+        """The complete hits of the contexts that changed (or went quiet); with
+        `final`, every hit. Drops the records they used."""
+        now, now_ns = time.monotonic(), _clock_ns()
+        out: list[Hit] = []
+        for context in list(live.records):
+            quiet = now - live.arrived[context] >= LIVE_QUIET_S
+            due = quiet and now - live.settled.get(context, 0.0) >= LIVE_QUIET_S
+            if not (final or context in live.dirty or due):
+                continue
+            records, exits = live.records[context], live.exits.get(context, {})
+            if final or len(records) > LIVE_MAX_PENDING:
+                hits, cut = self._build_live(records, exits), len(records)
+                live.cut_short += not final
+            else:
+                hits, cut = self._complete_hits(records, exits, quiet, now_ns)
+            out.extend(hits)
+            live.consume(context, cut, now)
+        out.sort(key=lambda h: h.timestamp_ns)
+        return out
+
+    def _build_live(
+        self, records: list[FunctionRecord | EventRecord], exits: dict[int, list[RawHit]]
+    ) -> list[Hit]:
+        return build_hits(
+            self.targets,
+            self._matchers,
+            self._events,
+            self._returns,
+            records,
+            self._user,
+            {i: exits.get(i, []) for i in self._exit_targets},
+            interrupts=self.scope.interrupts,
+        )
+
+    def _complete_hits(
+        self,
+        records: list[FunctionRecord | EventRecord],
+        exits: dict[int, list[RawHit]],
+        quiet: bool,
+        now_ns: int,
+    ) -> tuple[list[Hit], int]:
+        """One context's complete hits that its records up to a cut make alone, and
+        the cut: the index of the first record a hit not handed over may use (or a
+        tracepoint's next hit, as its calls)."""
+        hits = self._build_live(records, exits)
+        times = [r.ts_ns for r in records]
+        index = {t.spec: i for i, t in reversed(list(enumerate(self.targets)))}
+        last = {h.target: h for h in hits}  # each target's last hit
+        cut = len(records)
+        events: dict[int, list[int]] = {}  # an event target -> its events' indexes
+        for i, t in enumerate(self.targets):
+            if t.kind in ("tp", "uprobe", "uretprobe"):
+                at = [k for k, r in enumerate(records) if _live_event(t, self._events[i], r)]
+                events[i] = at
+                # Its next hit's calls: since its last event, LIVE_HOLD_NS back at most.
+                hold = bisect.bisect_left(times, now_ns - LIVE_HOLD_NS)
+                cut = min(cut, max(at[-1] + 1 if at else 0, hold))
+        start: list[int] = []  # per hit: the first record it may use
+        done: list[bool] = []  # per hit: complete
+        for h in hits:
+            i = index[h.target]
+            if i in events:
+                at = events[i]
+                k = bisect.bisect_left([times[e] for e in at], h.timestamp_ns)
+                start.append(at[k - 1] + 1 if k else 0)
+                done.append(True)
+                continue
+            start.append(bisect.bisect_left(times, h.timestamp_ns))
+            if (self.targets[i].kind == "kfunc" and i in self._events) or i in self._exit_targets:
+                done.append(h.retval is not None)  # at its return event / fexit record
+            else:
+                done.append(quiet or last[h.target] is not h)  # the thread moved on
+        cut = min([cut, *(s for s, d in zip(start, done, strict=True) if not d)])
+        while cut < len(records):
+            # Complete, and made by the records before the cut alone (not cut short
+            # there: the records after it are kept, and must not make it again).
+            upto = times[cut - 1] if cut else -1
+            alone = {
+                _hit_key(h)
+                for h in self._build_live(
+                    records[:cut],
+                    {i: [x for x in xs if x.ts_ns <= upto] for i, xs in exits.items()},
+                )
+            }
+            given = [
+                d and s < cut and _hit_key(h) in alone
+                for h, s, d in zip(hits, start, done, strict=True)
+            ]
+            kept = [s for s, g in zip(start, given, strict=True) if not g and s < cut]
+            if not kept:
+                return [h for h, g in zip(hits, given, strict=True) if g], cut
+            cut = min(kept)
+        return hits, cut
+
+    def _keeps(self, end: int | None) -> Callable[[FunctionRecord | EventRecord], bool]:
+        """Whether a record is the scope's work while armed (and before `end`)."""
+        # uprobes fire in whichever process runs the binary, not only ours.
+        user_events = {self._events[i] for i in self._user}
+        everyone = self.scope.kind == "system"
+        interrupts = self.scope.interrupts
+        begin = self._window[0]
+
+        def wanted(r: FunctionRecord | EventRecord) -> bool:
+            if r.ts_ns <= begin or (end is not None and r.ts_ns >= end):
+                return False
+            if everyone or r.tid in self._tids:
+                return True
+            if isinstance(r, EventRecord):
+                return r.name in user_events
+            return interrupts and r.in_irq
+
+        return wanted
 
     # -- internals ----------------------------------------------------------------
 
@@ -502,6 +735,100 @@ class GraphCapture:
             return inst.add_probe("uprobe", definition).split("/")[1]
         except TracefsError as exc:
             raise CaptureError(f"{t.spec}: {exc}") from None
+
+
+#: Live captures (`GraphCapture.live()`): a thread quiet this long (seconds) has
+#: left its last hit of a glob, or of a program whose returns fexit cannot see.
+LIVE_QUIET_S = 1.0
+#: How far back (trace clock, ns) a live tracepoint or uprobe hit's calls reach.
+LIVE_HOLD_NS = 2_000_000_000
+#: Records one context may hold for unfinished hits; beyond, they are handed over
+#: as they stand (a hit whose return event was lost must not hold a thread forever).
+LIVE_MAX_PENDING = 200_000
+#: trace_pipe text read per poll at most (the rest waits for the next poll): a
+#: poll stays short, so a deadline or Ctrl-C is seen soon.
+LIVE_READ_LIMIT = 1 << 20
+#: Per-CPU ring buffer of a live capture, KiB: how far the reader may fall behind.
+#: Every function of every task ("system") is ~290,000 records a second in the
+#: 6.12 guest under TCG, parsed at ~13,000 a second: the reader cannot keep up
+#: there, and with the session's 16 MiB it would print hits minutes late.
+LIVE_BUFFER_KB = 2048
+#: How long `stop()` of a live capture reads what is left before counting the
+#: rest as lost (a stop must come soon after Ctrl-C, not after the backlog).
+LIVE_FINAL_S = 2.0
+
+#: A context of a live capture: (thread id, in interrupt context).
+Context = tuple[int, bool]
+
+
+class _Live:
+    """A live capture between polls: each context's records not yet cut into the
+    hits handed over, its fexit records, and when records last came."""
+
+    def __init__(self) -> None:
+        self.partial = ""  # text after the last whole line read
+        self.own: set[int] = set()  # this process's threads (never recorded)
+        self.records: dict[Context, list[FunctionRecord | EventRecord]] = {}
+        self.exits: dict[Context, dict[int, list[RawHit]]] = {}
+        self.arrived: dict[Context, float] = {}  # monotonic time records last came
+        self.settled: dict[Context, float] = {}  # when its hits were last looked at
+        self.dirty: set[Context] = set()  # new records since then
+        self.cut_short = 0
+        self.unread = 0  # records left in the buffer at stop
+
+    def add(self, context: Context, record: FunctionRecord | EventRecord, now: float) -> None:
+        self.records.setdefault(context, []).append(record)
+        self.arrived[context] = now
+        self.dirty.add(context)
+
+    def add_exit(self, context: Context, target: int, raw: RawHit, now: float) -> None:
+        self.exits.setdefault(context, {}).setdefault(target, []).append(raw)
+        self.records.setdefault(context, [])
+        self.arrived[context] = now
+        self.dirty.add(context)
+
+    def consume(self, context: Context, cut: int, now: float) -> None:
+        """Drop the context's records before index `cut` and the fexit records up to
+        the last of them (all of them, and the context, when nothing is left)."""
+        records = self.records[context]
+        self.dirty.discard(context)
+        self.settled[context] = now
+        if cut >= len(records):
+            for table in (self.records, self.exits, self.arrived, self.settled):
+                table.pop(context, None)
+            return
+        if cut:
+            upto = records[cut - 1].ts_ns
+            exits = self.exits.get(context, {})
+            for i, raws in exits.items():
+                exits[i] = [x for x in raws if x.ts_ns > upto]
+            self.records[context] = records[cut:]
+
+
+def _hit_key(hit: Hit) -> tuple[object, ...]:
+    """What tells a hit from the same hit cut short (the nesting of its calls may
+    differ with the records that follow, their number not)."""
+    return (hit.target, hit.tid, hit.in_interrupt, hit.timestamp_ns, hit.retval, len(hit.branches))
+
+
+def _live_event(target: Target, event: str, record: FunctionRecord | EventRecord) -> bool:
+    """Whether `record` is the event that makes a hit of tp/uprobe `target`."""
+    if not isinstance(record, EventRecord):
+        return False
+    return _is_event(record, event) if target.kind == "tp" else record.name == event
+
+
+def _own_threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def _end_live(inst: Instance) -> None:
+    """Undo what a live capture set on the (session's) instance."""
+    try:
+        inst.set_notrace_pids(())
+        inst.write("buffer_size_kb", str(BUFFER_KB))
+    except TracefsError:
+        pass  # the instance is going away
 
 
 def _glob_matcher(pattern: str) -> Callable[[str, int], bool]:
