@@ -150,3 +150,29 @@ def test_cgroup_scope_is_refused_by_the_lbr_backend(cgroup: Path) -> None:
         with pytest.raises(CaptureError, match="lbr backend cannot trace cgroup .*backend='graph'"):
             with tracer.trace("kfunc:vfs_write", cgroup=str(cgroup)):
                 pass
+
+
+@pytest.mark.parametrize("scope", ["children", "process"])
+def test_kfunc_hit_in_a_child_is_captured_with_children_scope_only(scope: str, graph) -> None:
+    """A child started inside the block writes: its vfs_write is a hit of the
+    children scope, and not of the default one (which still has ours)."""
+    with Tracer(backend=graph) as tracer:
+        with tracer.trace("kfunc:vfs_write", scope=scope) as trace:
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import os; os.write(os.open('/dev/null', os.O_WRONLY), b'abc')",
+                ],
+                check=True,
+            )
+            _own_writes(1)
+    assert child.returncode == 0
+    others = [h for h in trace.hits if h.pid != os.getpid()]
+    assert [h.pid for h in trace.hits if h.pid == os.getpid()], str(trace)  # ours, either way
+    if scope == "children":
+        assert any(
+            h.retval == 3 and h.functions()[:2] == ["vfs_write", "write_null"] for h in others
+        ), str(trace)
+    else:
+        assert others == [], str(trace)
