@@ -44,6 +44,8 @@ RESULTS_MD = BENCH / "RESULTS.md"
 SYMBOLIZE_MD = BENCH / "RESULTS-symbolize.md"
 #: bench/soak.py's last run (it runs alone, not in bench/run): --out and --markdown.
 SOAK_JSON, SOAK_MD = BENCH / "RESULTS-soak.json", BENCH / "RESULTS-soak.md"
+#: The real kernel bisection's record (issue 16; a session by hand, not in bench/run).
+BISECT_MD = BENCH / "RESULTS-bisect.md"
 PY = sys.executable
 
 #: Targets from issue 7 (ratios measured in the same run).
@@ -245,7 +247,7 @@ def _machine_line(m: dict[str, Any] | None, where: str) -> str:
     )
 
 
-def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD) -> str:
+def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = BISECT_MD) -> str:
     """bench/RESULTS.md from the JSON files in `results` and the symbolize table."""
     startup = load_json(results / "startup.json")
     pertest = load_json(results / "pertest.json")
@@ -399,7 +401,20 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD) -> str:
     out += _throughput_section(thr)
     out += _graph_section(graph)
     out += _soak_section(results / "soak.md" if (results / "soak.md").exists() else SOAK_MD)
+    out += _bisect_section(bisect_md)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _bisect_section(source: Path) -> list[str]:
+    out = ["## 7. Kernel bisection (issue 16)", ""]
+    if not source.exists():
+        return [*out, "Not run.", ""]
+    lines = source.read_text().splitlines()
+    title = next((ln[2:] for ln in lines if ln.startswith("# ")), source.name)
+    body = [ln for ln in lines if not ln.startswith("# ")]
+    while body and not body[0].strip():
+        body.pop(0)
+    return [*out, f"From bench/{source.name} ({title}; not part of bench/run):", "", *body, ""]
 
 
 def _soak_section(source: Path) -> list[str]:

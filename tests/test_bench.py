@@ -227,6 +227,19 @@ def test_render_report_verdicts(tmp_path: Path) -> None:
     assert "## 5. Graph backend overhead (6.12 guest)\n\nNot run." in text
 
 
+def test_render_bisect_section(tmp_path: Path) -> None:
+    record = tmp_path / "RESULTS-bisect.md"
+    text = suite.render(tmp_path, tmp_path / "no-sym.md", record)
+    assert text.endswith("## 7. Kernel bisection (issue 16)\n\nNot run.\n")
+    record.write_text("# One session (today)\n\nIt named the commit.\n\n| what | wall time |\n")
+    text = suite.render(tmp_path, tmp_path / "no-sym.md", record)
+    assert text.endswith(
+        "## 7. Kernel bisection (issue 16)\n\n"
+        "From bench/RESULTS-bisect.md (One session (today); not part of bench/run):\n\n"
+        "It named the commit.\n\n| what | wall time |\n"
+    )
+
+
 def test_guest_benchmarks_skip_on_host() -> None:
     import guest_bench
 
