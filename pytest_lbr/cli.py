@@ -1,15 +1,16 @@
 """`pytest-lbr`: explore with traces before writing a test.
 
-    pytest-lbr trace TARGET... [--backend B] [--filter F] [--disasm] [--count N | --duration S]
+    pytest-lbr trace TARGET... [--pid P | --cgroup PATH | --all] [--comm NAME] [--json]
+                     [--errors-only] [--disasm] [--count N | --duration S]
     pytest-lbr diff A.lbr B.lbr
     pytest-lbr doctor [--mount]
     pytest-lbr fetch-vmlinux [RELEASE]
     pytest-lbr selftest [--out DIR] [--vmlinux PATH] [--compare LBR_REPORT GRAPH_REPORT]
 
-`trace` attaches to any target `lbr.trace` accepts and prints every hit in the
-retsnoop/bpflbr format. The capture backends collect a whole trace when they are
-disarmed (no streaming), so hits are printed per collection window (`--window`,
-1 s by default). `diff` compares two golden files with the plugin's own parser.
+`trace` attaches to any target `lbr.trace` accepts and prints each hit as it
+completes (`pytest_lbr.live`), in the retsnoop/bpflbr format or as JSON, of every
+process but its own unless told whose. `diff` compares two golden files with the
+plugin's own parser.
 `doctor` says what this machine can trace and, for each thing it cannot, the fix;
 with `--mount` it first mounts tracefs. `fetch-vmlinux` downloads Debian's debug
 vmlinux into the cache, where traces find it for file:line. Progress of the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import signal
 import sys
@@ -50,7 +52,8 @@ class UsageError(Exception):
 
 
 class _Stop:
-    """SIGINT/SIGTERM: the first asks the loop to finish the window, the second aborts."""
+    """SIGINT/SIGTERM: the first asks the loop to hand over what it has and stop, the
+    second aborts."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -109,65 +112,103 @@ def format_hit(hit: Hit, disasm: bool = False) -> str:
 
 
 def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pytest_lbr.capture import CaptureError
-    from pytest_lbr.targets import TargetError, parse_targets
-    from pytest_lbr.tracer import Tracer, TracingUnavailable
+    from pytest_lbr.capture import CaptureError, Scope
+    from pytest_lbr.live import (
+        LiveTrace,
+        comm_matches,
+        hit_json,
+        is_error,
+        without_return_values,
+    )
+    from pytest_lbr.targets import TargetError
 
     try:
-        targets = parse_targets(args.targets)
-        tracer = Tracer(backend=args.backend, filter=args.filter)
+        if args.pid is not None:
+            scope = Scope.of("process", pid=args.pid)
+        elif args.cgroup is not None:
+            scope = Scope.of("process", cgroup=args.cgroup)
+        else:
+            scope = Scope.of("system")
+        live = LiveTrace(args.targets, backend=args.backend, scope=scope)
     except (TargetError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    from pytest_lbr.libbpf import libbpf_messages
-
-    with libbpf_messages():  # the probe's failures are summed up by tracer.reason
-        available = tracer.available
-    if not available:
-        print(f"pytest-lbr: cannot trace: {tracer.reason}", file=err)
+    if args.errors_only:
+        silent = without_return_values(live.targets, "graph")
+        if len(silent) == len(live.targets):
+            raise UsageError(
+                f"--errors-only keeps hits that return an error, and "
+                f"{', '.join(t.spec for t in silent)} return no value here "
+                "(tracepoints, uprobe entries and, on the graph backend, kfunc globs)"
+            )
+        for t in silent:
+            print(f"note: --errors-only: {t.spec} returns no value here: none shown", file=err)
+    if args.filter:
+        print("note: --filter is an LBR branch filter: ignored by the graph backend", file=err)
+    if not live.available:
+        print(f"pytest-lbr: cannot trace: {live.reason}", file=err)
         return EXIT_FOUND
+
+    def keep(hit: Hit) -> bool:
+        if args.errors_only and not is_error(hit.retval):
+            return False
+        return args.comm is None or comm_matches(hit, args.comm)
+
+    def show(hit: Hit) -> None:
+        text = json.dumps(hit_json(hit)) if args.json else format_hit(hit, args.disasm)
+        print(text, file=out, flush=True)
+
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    whose = "every process but this one" if scope.kind == "system" else str(scope)
     limit = (
-        "until Ctrl-C"
-        if args.count is None and args.duration is None
-        else f"{args.count} hit(s)"
+        f"{args.count} hit(s)"
         if args.count is not None
         else f"{args.duration:g} s"
+        if args.duration is not None
+        else "until Ctrl-C"
     )
-    status = (
-        f"Tracing {', '.join(t.spec for t in targets)} with the {tracer.backend} backend "
-        f"({limit}; hits are printed per {args.window:g} s window). Ctrl-C to stop."
-    )
-    shown = lost = 0
     deadline = None if args.duration is None else time.monotonic() + args.duration
+    shown = reported = 0
+    next_report = 0.0
+    noted: set[str] = set()
+
+    def notes() -> None:
+        for note in live.notes:
+            if note not in noted:
+                noted.add(note)
+                print(f"note: {note}", file=err, flush=True)
+
+    def done() -> bool:
+        return stop.requested or (deadline is not None and time.monotonic() >= deadline)
+
     try:
-        while not stop.requested:
-            window_end = time.monotonic() + args.window
-            if deadline is not None:
-                window_end = min(window_end, deadline)
-            with tracer.trace(*targets) as trace:
-                if status:  # printed armed: a write of our own is a first hit to see
-                    print(status, file=err, flush=True)
-                    status = ""
-                while not stop.requested and time.monotonic() < window_end:
-                    time.sleep(0.05)
-            lost += trace.lost
-            for note in trace.notes:
-                print(f"note: {note}", file=err)
-            for hit in trace.hits:
+        with live:
+            print(
+                f"Tracing {', '.join(t.spec for t in live.targets)} with the graph backend "
+                f"({whose}; {limit}; hits are printed as they complete). Ctrl-C to stop.",
+                file=err,
+                flush=True,
+            )
+            notes()
+            for batch in live.batches(done):
+                for hit in batch:
+                    if keep(hit):
+                        show(hit)
+                        shown += 1
+                        if args.count is not None and shown >= args.count:
+                            break
                 if args.count is not None and shown >= args.count:
                     break
-                print(format_hit(hit, args.disasm), file=out, flush=True)
-                shown += 1
-            tracer.traces.clear()  # a long session must not keep every window
-            if args.count is not None and shown >= args.count:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
+                lost = live.lost
+                if lost > reported and time.monotonic() >= next_report:
+                    print(f"pytest-lbr: {lost} record(s) lost so far", file=err, flush=True)
+                    reported, next_report = lost, time.monotonic() + 1.0
+            lost = live.lost
+            notes()
     except KeyboardInterrupt:
         print(f"\ninterrupted: {shown} hit(s) shown", file=err)
         return EXIT_INTERRUPTED
-    except (CaptureError, TracingUnavailable, TargetError, OSError) as exc:
+    except (CaptureError, TargetError, OSError) as exc:
         print(f"pytest-lbr: {exc}", file=err)
         return EXIT_FOUND
     finally:
@@ -514,18 +555,34 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "targets", nargs="+", metavar="TARGET", help="kfunc:NAME, prog:ID, tp:CAT/NAME ..."
     )
-    tr.add_argument("--backend", choices=BACKENDS, default="auto")
+    tr.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="auto (default) streams with graph; lbr cannot stream yet",
+    )
     tr.add_argument("--filter", choices=FILTERS, help="LBR branch filter (LBR only)")
     tr.add_argument("--disasm", action="store_true", help="show the instructions at each branch")
-    stop = tr.add_mutually_exclusive_group()
-    stop.add_argument("--count", type=_positive(int), help="stop after N hits")
-    stop.add_argument("--duration", type=_positive(float), help="stop after S seconds")
-    tr.add_argument(
-        "--window",
-        type=_positive(float),
-        default=1.0,
-        help="collection window, seconds (default 1)",
+    whose = tr.add_mutually_exclusive_group()
+    whose.add_argument("--pid", type=_positive(int), metavar="P", help="trace process P only")
+    whose.add_argument(
+        "--cgroup", metavar="PATH", help="trace the tasks of this cgroup v2 directory only"
     )
+    whose.add_argument(
+        "--all",
+        action="store_true",
+        help="trace every process but this one, and interrupts (the default)",
+    )
+    tr.add_argument("--comm", metavar="NAME", help="only hits of tasks whose comm matches (glob)")
+    tr.add_argument("--json", action="store_true", help="one JSON object per hit and line")
+    tr.add_argument(
+        "--errors-only",
+        action="store_true",
+        help="only hits that return an error (a negative errno, -4095..-1)",
+    )
+    stop = tr.add_mutually_exclusive_group()
+    stop.add_argument("--count", type=_positive(int), help="stop after N printed hits")
+    stop.add_argument("--duration", type=_positive(float), help="stop after S seconds")
     df = sub.add_parser("diff", help="compare two golden trace files")
     df.add_argument("a", metavar="A.lbr")
     df.add_argument("b", metavar="B.lbr")

@@ -4,6 +4,7 @@ here. The guests run tests/kernel/test_cli_kernel.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,8 @@ from pytest_lbr.cli import doctor_checks, main
 from pytest_lbr.fetch_vmlinux import extract_vmlinux
 from pytest_lbr.golden import serialize
 from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, find_tracefs
-from pytest_lbr.model import Trace
+from pytest_lbr.live import comm_matches, hit_json, is_error
+from pytest_lbr.model import Branch, Hit, InlineFrame, Location, Trace
 from pytest_lbr.symbols.vmlinux import VmlinuxError
 from tests.commands import PYTEST_LBR
 
@@ -43,6 +45,18 @@ def golden_file(path: Path, lines: list[str], kernel: str) -> Path:
         (["trace", "kfunc:vfs_write", "--count", "0"], "argument --count: must be > 0"),
         (["trace", "kfunc:x", "--count", "1", "--duration", "2"], "not allowed with argument"),
         (["trace", "kfunc:x", "--backend", "fast"], "argument --backend: invalid choice"),
+        (["trace", "kfunc:x", "--pid", "1", "--all"], "argument --all: not allowed with"),
+        (["trace", "kfunc:x", "--pid", "1", "--cgroup", "x"], "not allowed with argument --pid"),
+        (["trace", "kfunc:x", "--pid", "0"], "argument --pid: must be > 0"),
+        (["trace", "kfunc:x", "--pid", "4194305"], "pid=4194305: no such process"),
+        (["trace", "kfunc:x", "--cgroup", "/nonexistent"], "'/nonexistent': not a cgroup v2"),
+        (["trace", "kfunc:x", "--window", "1"], "unrecognized arguments: --window"),
+        (["trace", "kfunc:x", "--backend", "lbr"], "the lbr backend cannot stream yet"),
+        (
+            ["trace", "tp:syscalls/sys_enter_getpid", "kfunc:vfs_*", "--errors-only"],
+            "--errors-only keeps hits that return an error, and tp:syscalls/sys_enter_getpid, "
+            "kfunc:vfs_* return no value here",
+        ),
         (["diff", "/nonexistent/a.lbr", "/nonexistent/b.lbr"], "cannot read /nonexistent/a.lbr"),
     ],
 )
@@ -97,8 +111,109 @@ def test_diff_refuses_a_file_that_is_not_golden(tmp_path: Path) -> None:
 
 
 def test_main_returns_exit_codes_without_raising(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["trace", "kfunc:vfs_write", "--window", "-1"]) == 2
-    assert "argument --window: must be > 0" in capsys.readouterr().err
+    assert main(["trace", "kfunc:vfs_write", "--duration", "-1"]) == 2
+    assert "argument --duration: must be > 0" in capsys.readouterr().err
+
+
+def _hit(retval: int | None = -9, comm: str = "writer") -> Hit:
+    site = Location(0xFFFFFFFF92C5823F, "ksys_write", 0x6F, file="fs/read_write.c", line=643)
+    entry = Location(
+        0xFFFFFFFF92C57C10,
+        "vfs_write",
+        0,
+        inlined=(InlineFrame("file_start_write", "include/linux/fs.h", 2911),),
+    )
+    branches = [Branch(site, entry, "call"), Branch(entry, site, "ret")]
+    return Hit(
+        "kfunc:vfs_write",
+        cpu=1,
+        pid=300,
+        tid=301,
+        retval=retval,
+        branches=branches,
+        raw_branches=list(branches),
+        timestamp_ns=78_097_756_000,
+        comm=comm,
+    )
+
+
+def test_trace_json_is_one_object_per_hit_with_every_field() -> None:
+    line = json.dumps(hit_json(_hit()))
+    assert "\n" not in line
+    obj = json.loads(line)
+    assert obj == {
+        "target": "kfunc:vfs_write",
+        "cpu": 1,
+        "pid": 300,
+        "tid": 301,
+        "comm": "writer",
+        "in_interrupt": False,
+        "retval": -9,
+        "timestamp_ns": 78_097_756_000,
+        "branches": [
+            {
+                "src": {
+                    "addr": "0xffffffff92c5823f",
+                    "symbol": "ksys_write",
+                    "offset": 0x6F,
+                    "file": "fs/read_write.c",
+                    "line": 643,
+                    "inlined": [],
+                },
+                "dst": {
+                    "addr": "0xffffffff92c57c10",
+                    "symbol": "vfs_write",
+                    "offset": 0,
+                    "file": None,
+                    "line": None,
+                    "inlined": [
+                        {"function": "file_start_write", "file": "include/linux/fs.h", "line": 2911}
+                    ],
+                },
+                "kind": "call",
+            },
+            obj["branches"][1],
+        ],
+    }
+    assert obj["branches"][1]["kind"] == "ret"
+    assert obj["branches"][1]["src"]["symbol"] == "vfs_write"
+
+
+@pytest.mark.parametrize(
+    "retval, error",
+    [
+        (-1, True),  # -EPERM
+        (-9, True),  # -EBADF
+        (-4095, True),  # MAX_ERRNO
+        (-4096, False),
+        (0, False),
+        (2, False),
+        (None, False),  # a tracepoint: no value
+        ((1 << 32) - 9, True),  # -EBADF from a function returning int, zero-extended
+        ((1 << 32) - 4096, False),
+        (1 << 32, False),
+        ((1 << 64) - 9 - (1 << 64), True),  # ERR_PTR(-EBADF)
+    ],
+)
+def test_errors_only_keeps_negative_errnos(retval: int | None, error: bool) -> None:
+    assert is_error(retval) is error
+
+
+def test_comm_filter_is_a_glob_on_the_whole_name() -> None:
+    assert comm_matches(_hit(comm="writer"), "writer")
+    assert comm_matches(_hit(comm="writer"), "wri*")
+    assert comm_matches(_hit(comm="kworker/0:1"), "kworker/*")
+    assert not comm_matches(_hit(comm="writer"), "write")
+    assert not comm_matches(_hit(comm=""), "writer")
+
+
+def test_trace_without_tracing_says_why_in_one_line() -> None:
+    """On the development host (no ftrace for this process) the live trace stops at once."""
+    res = run("trace", "kfunc:vfs_write", "--count", "1")
+    if res.returncode == 0:
+        pytest.skip("this machine can trace: the guests test the live trace")
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.startswith("pytest-lbr: cannot trace: ") and res.stderr.count("\n") == 1
 
 
 def test_doctor_reports_the_hosts_real_reasons() -> None:

@@ -1,0 +1,249 @@
+"""Live tracing: hits as they arrive, for `pytest-lbr trace` (and any other reader).
+
+    with LiveTrace(["kfunc:vfs_write"], scope=Scope.of("system")) as live:
+        for batch in live.batches(done=lambda: stop_requested):
+            for hit in batch:
+                print(format_hit_header(hit))
+
+`LiveTrace` arms a capture, polls it while it runs (the graph backend's
+`GraphCapture.poll()`: its trace_pipe, read as the records come) and names each
+batch of hits the way `pytest_lbr.tracer` names a whole trace (`add_source_lines`).
+It never records its own process: a reader that traced itself would trace its own
+reading. The filters and the JSON shape of a hit are here too, as plain functions.
+
+The lbr backend cannot stream yet: its capture decodes the hook set's ring buffer
+at `stop()` only (`LbrCapture` has no `poll()`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pytest_lbr.capture import BACKENDS, Backend, CaptureError, Scope, resolve_backend
+from pytest_lbr.capture.graph import GraphCapture
+from pytest_lbr.model import Branch, Hit, Location
+from pytest_lbr.targets import Target, parse_targets
+from pytest_lbr.tracer import add_source_lines
+
+__all__ = [
+    "ERRNO_MAX",
+    "LiveTrace",
+    "StreamingUnsupported",
+    "comm_matches",
+    "hit_json",
+    "is_error",
+    "without_return_values",
+]
+
+#: Return values from -ERRNO_MAX to -1 are errors (the kernel's MAX_ERRNO, the range
+#: IS_ERR_VALUE() accepts and retsnoop reports).
+ERRNO_MAX = 4095
+
+
+class StreamingUnsupported(ValueError):
+    """The backend asked for cannot hand hits over while it runs; the message says why."""
+
+
+def is_error(retval: int | None) -> bool:
+    """Whether a return value is an error: a negative errno (-4095 to -1).
+
+    Also the same errno in the low 32 bits with the upper ones clear, as a
+    function returning `int` leaves it in a 64-bit register (x86-64 zero-extends
+    a 32-bit move): the graph backend's return values are the whole register,
+    so -EBADF from an `int` function reads 4294967287. A pointer return of
+    ERR_PTR(-E...) is the first case. No value (None) is no error.
+    """
+    if retval is None:
+        return False
+    return -ERRNO_MAX <= retval <= -1 or (1 << 32) - ERRNO_MAX <= retval <= (1 << 32) - 1
+
+
+def comm_matches(hit: Hit, pattern: str) -> bool:
+    """Whether the hit's task command name matches `pattern` (an fnmatch glob)."""
+    return fnmatch.fnmatchcase(hit.comm, pattern)
+
+
+def without_return_values(targets: Sequence[Target], backend: str) -> list[Target]:
+    """The targets whose hits never carry a return value on `backend`: tracepoints,
+    uprobe entries and, on the graph backend, kernel-function globs (a return
+    event per function would cost a kprobe each)."""
+    out = []
+    for t in targets:
+        if t.kind in ("tp", "uprobe") or (t.kind == "kfunc" and t.is_glob and backend == "graph"):
+            out.append(t)
+    return out
+
+
+def _location_json(loc: Location) -> dict[str, Any]:
+    return {
+        "addr": f"{loc.addr:#x}",
+        "symbol": loc.symbol,
+        "offset": loc.offset,
+        "file": loc.file,
+        "line": loc.line,
+        "inlined": [{"function": f.function, "file": f.file, "line": f.line} for f in loc.inlined],
+    }
+
+
+def _branch_json(b: Branch) -> dict[str, Any]:
+    return {"src": _location_json(b.src), "dst": _location_json(b.dst), "kind": b.kind}
+
+
+def hit_json(hit: Hit) -> dict[str, Any]:
+    """A hit as one JSON object (`pytest-lbr trace --json` prints one per line).
+
+    Addresses are hex strings (a kernel address does not fit a JSON reader's
+    double); a location's symbol, file and line are null where unknown.
+    """
+    return {
+        "target": hit.target,
+        "cpu": hit.cpu,
+        "pid": hit.pid,
+        "tid": hit.tid,
+        "comm": hit.comm,
+        "in_interrupt": hit.in_interrupt,
+        "retval": hit.retval,
+        "timestamp_ns": hit.timestamp_ns,
+        "branches": [_branch_json(b) for b in hit.branches],
+    }
+
+
+def _task_comm(tid: int) -> str:
+    try:
+        with open(f"/proc/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class LiveTrace:
+    """A capture that hands its hits over as they arrive; a context manager.
+
+    `targets` as `lbr.trace` takes them; `scope` whose work (default: every task,
+    "system"; never this process). `backend` "auto" streams with the graph
+    backend (the lbr backend cannot stream yet: `StreamingUnsupported`).
+    `vmlinux`: the debug vmlinux for file:line (None: auto-discovered).
+    `interval`: seconds between polls.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[Any],
+        *,
+        backend: str = "auto",
+        vmlinux: str | None = None,
+        scope: Scope | None = None,
+        interval: float = 0.1,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if backend == "lbr":
+            raise StreamingUnsupported(
+                "the lbr backend cannot stream yet: it decodes its hits when disarmed "
+                "(its capture has no poll()); use --backend graph"
+            )
+        self.targets = parse_targets(list(targets))
+        self.scope = scope or Scope.of("system")
+        self.interval = interval
+        self._vmlinux = vmlinux
+        self._backend: Backend | None = None
+        self._capture: GraphCapture | None = None
+        self._stopped = False
+
+    # -- what a reader asks ------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The backend, probed on first use (the graph backend)."""
+        if self._backend is None:
+            self._backend = resolve_backend("graph")
+        return self._backend
+
+    @property
+    def available(self) -> bool:
+        return self.backend.capability.available
+
+    @property
+    def reason(self) -> str:
+        return self.backend.capability.reason
+
+    @property
+    def lost(self) -> int:
+        """Records lost so far (ring buffers overran)."""
+        return self._capture.lost if self._capture is not None else 0
+
+    @property
+    def notes(self) -> list[str]:
+        """Why the hits may be incomplete (e.g. no return values for a program)."""
+        return self._capture.notes if self._capture is not None else []
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Arm: every hit from now on is handed over by `poll()` or `stop()`."""
+        capture = self.backend.open(self.targets, scope=self.scope)
+        assert isinstance(capture, GraphCapture)
+        self._capture = capture
+        try:
+            capture.live()
+            capture.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def poll(self) -> list[Hit]:
+        """The hits completed since the last poll, named, oldest first."""
+        if self._capture is None:
+            raise CaptureError("LiveTrace.poll() before start()")
+        return self._named(self._capture.poll())
+
+    def stop(self) -> list[Hit]:
+        """Disarm and hand over the hits not handed over yet (unfinished ones too)."""
+        if self._capture is None or self._stopped:
+            return []
+        self._stopped = True
+        return self._named(self._capture.stop().hits)
+
+    def batches(self, done: Callable[[], bool]) -> Iterator[list[Hit]]:
+        """A batch of hits per poll (often empty) until `done()`, then the rest."""
+        while not done():
+            started = time.monotonic()
+            yield self.poll()
+            pause = self.interval - (time.monotonic() - started)
+            if pause > 0 and not done():
+                time.sleep(pause)
+        yield self.stop()
+
+    def close(self) -> None:
+        """Release every kernel object (idempotent)."""
+        capture, self._capture = self._capture, None
+        backend, self._backend = self._backend, None
+        try:
+            if capture is not None:
+                capture.close()
+        finally:
+            if backend is not None:
+                backend.close()
+
+    def __enter__(self) -> LiveTrace:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------
+
+    def _named(self, hits: list[Hit]) -> list[Hit]:
+        mine = os.getpid()
+        hits = [h for h in hits if h.pid != mine]
+        add_source_lines(hits, self._vmlinux)
+        for h in hits:
+            # ftrace names a task it has not cached as "<...>".
+            if not h.comm or h.comm == "<...>":
+                h.comm = _task_comm(h.tid) or h.comm
+        return hits
