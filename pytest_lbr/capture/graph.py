@@ -346,7 +346,7 @@ class GraphCapture:
             if children:
                 inst.enable_event(FORK_EVENT)
             if self._live is not None:
-                self._live.own = _own_threads()
+                self._live.own = Scope().tids()  # this process's threads
                 inst.set_notrace_pids(self._live.own)
                 # A reader behind the kernel reads the oldest records first: a
                 # smaller buffer keeps it nearer the present (and loses, counted).
@@ -395,7 +395,7 @@ class GraphCapture:
         if not everyone:
             # fexit hooks see every process where the scope is not this process.
             contexts: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
-            for r in kept:
+            for r in kept if interrupts else ():  # only asked about with interrupts
                 contexts.setdefault((r.tid, isinstance(r, FunctionRecord) and r.in_irq), []).append(
                     r
                 )
@@ -818,10 +818,6 @@ def _live_event(target: Target, event: str, record: FunctionRecord | EventRecord
     return _is_event(record, event) if target.kind == "tp" else record.name == event
 
 
-def _own_threads() -> set[int]:
-    return {int(t) for t in os.listdir("/proc/self/task")}
-
-
 def _end_live(inst: Instance) -> None:
     """Undo what a live capture set on the (session's) instance."""
     try:
@@ -966,7 +962,9 @@ def _ran_in_interrupt(
     """
 
     def last_before(records: list[FunctionRecord | EventRecord]) -> int:
-        k = bisect.bisect_right([r.ts_ns for r in records], raw.ts_ns)
+        # Records are in time order: a search, not a list of their times per call
+        # (called once per fexit record: a repeated test run has thousands).
+        k = bisect.bisect_right(records, raw.ts_ns, key=lambda r: r.ts_ns)
         return records[k - 1].ts_ns if k else -1
 
     irq = last_before(by_context.get((raw.tid, True), []))
