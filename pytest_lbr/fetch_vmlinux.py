@@ -36,17 +36,42 @@ def fetch_debian_dbg(release: str, directory: Path | None = None) -> str:
         return str(target)
     base.mkdir(parents=True, exist_ok=True)
     pkg = f"linux-image-{release}-dbg"
+    apt = ["apt-get", "-q", *_foreign_arch_options(release)]
+    want = pkg
+    if len(apt) > 2:
+        # Another architecture's kernel (an arm64 guest's, fetched on an x86-64 host):
+        # apt must know that architecture's package list for this one call. The
+        # options change no apt configuration.
+        want = f"{pkg}:{release.rsplit('-', 1)[-1]}"
+        progress(f"apt-get update for {want}")
+        subprocess.run([*apt, "update"], capture_output=True, text=True)
     progress(f"downloading {pkg} (~900 MB) into {base}")
-    res = subprocess.run(["apt-get", "download", pkg], cwd=base, capture_output=True, text=True)
+    res = subprocess.run([*apt, "download", want], cwd=base, capture_output=True, text=True)
     debs = sorted(base.glob(f"{pkg}_*.deb"))
     if res.returncode != 0 or not debs:
         msg = (res.stderr.strip().splitlines() or ["no .deb"])[-1]
-        raise VmlinuxError(f"apt-get download {pkg} failed: {msg}")
+        raise VmlinuxError(f"apt-get download {want} failed: {msg}")
     progress(f"extracting vmlinux-{release} from {debs[-1].name}")
     extract_vmlinux(debs[-1], release, target)
     for deb in debs:
         deb.unlink()
     return str(target)
+
+
+#: Debian's kernel flavours named by their architecture (linux-image-6.1.0-50-arm64).
+_FLAVOUR_ARCHES = ("amd64", "arm64")
+
+
+def _foreign_arch_options(release: str) -> list[str]:
+    """apt options that make `release`'s architecture known, when it is not this host's."""
+    arch = release.rsplit("-", 1)[-1]
+    if arch not in _FLAVOUR_ARCHES:
+        return []
+    host = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True)
+    native = host.stdout.strip()
+    if host.returncode != 0 or not native or native == arch:
+        return []
+    return ["-o", f"APT::Architectures::={native}", "-o", f"APT::Architectures::={arch}"]
 
 
 def extract_vmlinux(deb: Path, release: str, target: Path) -> None:

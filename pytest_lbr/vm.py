@@ -53,6 +53,7 @@ from pytest_lbr.guest import (
 )
 from pytest_lbr.kernel.kmsg import Splat, find_splats
 from pytest_lbr.symbols.cache import cache_dir
+from pytest_lbr.vm_root import GuestRoot, RootError, machine_name
 
 __all__ = [
     "EXIT_NO_GUEST",
@@ -140,16 +141,31 @@ def _boot_image(kernel: Path) -> Path:
     return kernel
 
 
-def find_tools() -> Path:
-    """vng's path; VmError naming what to install when vng, QEMU or busybox is missing."""
+#: Debian's package holding each architecture's qemu-system-<machine>.
+_QEMU_PACKAGE = {"x86_64": "qemu-system-x86", "aarch64": "qemu-system-arm"}
+
+
+def find_tools(root: GuestRoot | None = None) -> Path:
+    """vng's path; VmError naming what to install when vng, QEMU or busybox is missing.
+
+    With a guest `root`, QEMU is the one for its architecture and busybox the root's own.
+    """
     here = Path(sys.executable).parent
     vng = shutil.which("vng") or (str(here / "vng") if (here / "vng").exists() else None)
     if vng is None:
         raise VmError("virtme-ng is not installed: pip install 'pytest-lbr[vm]'")
-    qemu = f"qemu-system-{platform.machine()}"
+    machine = root.machine if root else platform.machine()
+    qemu = f"qemu-system-{machine}"
     if shutil.which(qemu) is None:
-        raise VmError(f"{qemu} is not installed: apt-get install qemu-system-x86 (Debian/Ubuntu)")
-    if shutil.which("busybox") is None:
+        package = _QEMU_PACKAGE.get(machine, qemu)
+        raise VmError(f"{qemu} is not installed: apt-get install {package} (Debian/Ubuntu)")
+    if root is not None:
+        if not any((root.path / d / "busybox").exists() for d in ("bin", "usr/bin", "sbin")):
+            raise VmError(
+                f"virtme-ng needs busybox in the guest root: chroot {root.path} "
+                "apt-get install busybox-static"
+            )
+    elif shutil.which("busybox") is None:
         raise VmError("virtme-ng needs busybox: apt-get install busybox-static (Debian/Ubuntu)")
     return Path(vng)
 
@@ -269,6 +285,8 @@ class VmPlan:
     accel: str
     lbr: str
     host_cpus: int = 1  # host cores the guest keeps busy (TCG: one thread for all vCPUs)
+    #: Directories made before boot: mount points in a guest root of its own.
+    mount_points: tuple[Path, ...] = ()
 
 
 def build_command(
@@ -287,11 +305,21 @@ def build_command(
     strict: bool = True,
     cwd: Path | None = None,
     vng: Path | None = None,
+    root: GuestRoot | None = None,
 ) -> VmPlan:
-    """The vng command line that runs pytest `args` (or the command `execute`) in the guest."""
-    vng = vng or find_tools()
+    """The vng command line that runs pytest `args` (or the command `execute`) in the guest.
+
+    `root`: boot that root file system (and its architecture) instead of sharing the host's.
+    """
+    vng = vng or find_tools(root)
     cwd = cwd or Path.cwd()
-    if kvm is None:
+    # Another architecture's guest (an arm64 root on an x86-64 host): always emulated.
+    foreign = root.machine if root is not None and root.machine != platform.machine() else ""
+    if foreign:
+        if kvm:
+            raise VmError(f"--kvm: KVM runs only {platform.machine()} guests here, not {foreign}")
+        kvm, accel_why = False, f"{foreign} on {platform.machine()}: emulated"
+    elif kvm is None:
         kvm, accel_why = kvm_usable(_boot_image(kernel))
     else:
         accel_why = "forced by option"
@@ -299,6 +327,8 @@ def build_command(
         cpus = 2  # so the per-CPU paths (a perf event per CPU, hits on CPU 1) run
     qemu_opts: list[str] = []
     lbr_why = "TCG guest: no PMU, so no LBR"
+    if foreign and foreign != "x86_64":
+        lbr_why = f"{foreign} guest: Linux has bpf_get_branch_snapshot() only on x86"
     host_cpus = cpus
     if kvm:
         qemu_opts, lbr_why = lbr_passthrough_opts()
@@ -308,7 +338,9 @@ def build_command(
         # patched call sites. Round-robin ran test_graph, test_faults and test_lifecycle
         # clean in 6.1 and 6.12, test_graph in 0.9-1.3x its one-vCPU time (busy host).
         qemu_opts, host_cpus = ["-accel", "tcg,thread=single"], 1
-    guest = [sys.executable, "-m", "pytest_lbr.vm", "guest", "--results", str(results)]
+    python = root.python() if root else sys.executable
+    mount_points: tuple[Path, ...] = ()
+    guest = [python, "-m", "pytest_lbr.vm", "guest", "--results", str(results)]
     cache = cache_dir()
     if cache.is_dir():
         guest += ["--cache", str(cache)]
@@ -318,6 +350,13 @@ def build_command(
         guest += ["--exec", execute]
     guest += ["--", *args]
     cmd = [str(vng), "--run", str(kernel), "--memory", memory, "--cpus", str(cpus)]
+    if root is not None:
+        # Its own root: the working directory comes in read-only, at the same path.
+        cmd += ["--arch", root.machine, "--root", str(root.path), "--rodir", str(cwd)]
+        # virtme-ng mounts host directories over paths that must exist in that root.
+        mount_points = tuple(
+            root.path / p.relative_to("/") for p in (cwd, results, *rw, cache) if p.is_absolute()
+        )
     cmd += ["--rwdir", str(results)]
     for path in rw:
         cmd += ["--rwdir", str(path)]
@@ -337,7 +376,9 @@ def build_command(
         cmd.append("--verbose")
     cmd += ["--exec", f"cd {shlex.quote(str(cwd))} && {shlex.join(guest)}"]
     accel = f"{'KVM' if kvm else 'TCG'} ({accel_why})"
-    return VmPlan(label or kernel.name, kernel, results, cmd, accel, lbr_why, host_cpus)
+    return VmPlan(
+        label or kernel.name, kernel, results, cmd, accel, lbr_why, host_cpus, mount_points
+    )
 
 
 class _Echo:
@@ -393,6 +434,14 @@ def run_vm(
     it did not start within `boot_timeout`, panicked, or ran past `timeout`.
     """
     plan.results.mkdir(parents=True, exist_ok=True)
+    for point in plan.mount_points:
+        try:
+            point.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise VmError(
+                f"cannot make the mount point {point} in the guest root: {exc.strerror} "
+                "(run as the root's owner, or make it once with mkdir -p)"
+            ) from None
     for name in (STARTED, STATUS, SPLATS_FILE):
         (plan.results / name).unlink(missing_ok=True)
     console_path = plan.results / "console.log"
@@ -640,6 +689,18 @@ def build_parser() -> argparse.ArgumentParser:
         "tree built with vng --build; repeat for several (default: 6.12)",
     )
     parser.add_argument(
+        "--arch",
+        help="the guest's architecture: x86_64 (the default on an x86-64 host) or arm64, "
+        "emulated, from its own --root",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        metavar="DIR",
+        help="boot this root file system (with Python and pytest-lbr installed) instead of "
+        "the host's; --kernel 6.1 then means its boot/vmlinuz-6.1.* (default: its newest)",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         help=f"results directory; one subdirectory per kernel (default: ./{DEFAULT_RESULTS})",
@@ -685,15 +746,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _guest_root(args: argparse.Namespace) -> GuestRoot | None:
+    try:
+        if args.root is not None:
+            return GuestRoot.open(args.root, args.arch)
+        if machine_name(args.arch) != platform.machine():
+            raise VmError(
+                f"--arch {args.arch} needs --root DIR: a root file system of that architecture "
+                "with pytest-lbr installed (pytest-lbr's ci/qemu/arm64-root builds an arm64 one)"
+            )
+    except RootError as exc:
+        raise VmError(str(exc)) from None
+    return None
+
+
+def _kernels(args: argparse.Namespace, guest_root: GuestRoot | None) -> list[tuple[Path, str]]:
+    """(image, label) per kernel asked for; a guest root boots its own kernels."""
+    if guest_root is None:
+        return [(resolve_kernel(spec), kernel_label(spec)) for spec in args.kernel or ["6.12"]]
+    arch = args.arch or guest_root.machine
+    kernels = []
+    for spec in args.kernel or [None]:
+        try:
+            image = guest_root.kernel(spec)
+        except RootError as exc:
+            raise VmError(str(exc)) from None
+        if spec is None or re.fullmatch(r"\d+\.\d+", spec):
+            series = spec or ".".join(re.findall(r"\d+", image.name)[:2])  # vmlinuz-6.1.0-28-arm64
+            label = f"{arch}-{series}"
+        else:
+            label = kernel_label(spec)
+        kernels.append((image, label))
+    return kernels
+
+
 def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
-    vng = find_tools()
+    guest_root = _guest_root(args)
+    vng = find_tools(guest_root)
     root = (args.results or Path.cwd() / DEFAULT_RESULTS).resolve()
     if args.shard is not None:
         pytest_args = [f"--lbr-shard={args.shard}", *pytest_args]
     plans = []
-    for spec in args.kernel or ["6.12"]:
-        kernel = resolve_kernel(spec)
-        label = kernel_label(spec)
+    for kernel, label in _kernels(args, guest_root):
         wanted = root / label
         results = wanted if args.dry_run else claim_results_dir(wanted)
         plans.append(
@@ -711,6 +805,7 @@ def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
                 kernel_log=args.kernel_log,
                 strict=args.strict,
                 vng=vng,
+                root=guest_root,
             )
         )
     return plans

@@ -147,10 +147,9 @@ def branch_events_problem(exc: OSError) -> str:
 
 def _probe() -> str:
     from pytest_lbr.capture import hooks
-    from pytest_lbr.capture.tracer_object import tracer_not_built, tracer_object
+    from pytest_lbr.capture.tracer_object import object_arch, tracer_not_built, tracer_object
     from pytest_lbr.kernel import perf
-    from pytest_lbr.libbpf import BpfError, lib, libbpf_version, libbpf_version_problem
-    from pytest_lbr.targets import parse_target
+    from pytest_lbr.libbpf import BpfError, libbpf_version, libbpf_version_problem
 
     if not _has_caps():
         return "not root and missing CAP_BPF+CAP_PERFMON"
@@ -172,25 +171,43 @@ def _probe() -> str:
     try:
         events = perf.open_branch_events("any")
     except OSError as exc:
-        return branch_events_problem(exc)
+        problem = branch_events_problem(exc)
+        arch = object_arch()
+        if arch == "x86":
+            return problem
+        # Off x86 the kernel's helper is what decides (bpf_get_branch_snapshot() is
+        # `return -ENOENT` unless CONFIG_X86, kernel/trace/bpf_trace.c since 5.16):
+        # ask it, on software-clock events, so a kernel that gives arm64's branch
+        # records (BRBE) to the helper is not refused here by its name.
+        with perf.software_branch_events("any"):
+            missing = _snapshot_problem()
+        if missing:
+            return f"this kernel has no branch snapshot for {arch}: {missing}; {problem}"
+        return problem
     try:
-        helper = lib.libbpf_probe_bpf_helper(
-            _BPF_PROG_TYPE_KPROBE, _BPF_FUNC_get_branch_snapshot, None
-        )
-        if helper == 0:
-            return "helper bpf_get_branch_snapshot missing (Linux >= 5.16 needed)"
-        with hooks.HookSet([parse_target("tp:syscalls/sys_enter_getppid")], snapshot=True) as hs:
-            os.getppid()
-            hits = hs.drain()
-        rets = {h.snapshot_ret for h in hits}
-        if not hits:
-            return "the LBR self-test saw no hit (tracepoint syscalls/sys_enter_getppid)"
-        bad = sorted(r for r in rets if r <= 0)
-        if bad:
-            name = errno.errorcode.get(-bad[0], str(bad[0]))
-            return f"bpf_get_branch_snapshot() returned -{name}: the CPU gave no branch records"
+        return _snapshot_problem()
     finally:
         events.close()
+
+
+def _snapshot_problem() -> str:
+    """Why bpf_get_branch_snapshot() gives no records at a tracepoint here ("" if it does)."""
+    from pytest_lbr.capture import hooks
+    from pytest_lbr.libbpf import lib
+    from pytest_lbr.targets import parse_target
+
+    helper = lib.libbpf_probe_bpf_helper(_BPF_PROG_TYPE_KPROBE, _BPF_FUNC_get_branch_snapshot, None)
+    if helper == 0:
+        return "helper bpf_get_branch_snapshot missing (Linux >= 5.16 needed)"
+    with hooks.HookSet([parse_target("tp:syscalls/sys_enter_getppid")], snapshot=True) as hs:
+        os.getppid()
+        hits = hs.drain()
+    if not hits:
+        return "the LBR self-test saw no hit (tracepoint syscalls/sys_enter_getppid)"
+    bad = sorted(h.snapshot_ret for h in hits if h.snapshot_ret <= 0)
+    if bad:
+        name = errno.errorcode.get(-bad[0], str(bad[0]))
+        return f"bpf_get_branch_snapshot() returned -{name}: the CPU gave no branch records"
     return ""
 
 
