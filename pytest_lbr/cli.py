@@ -27,6 +27,7 @@ import argparse
 import errno
 import json
 import os
+import platform
 import signal
 import sys
 import time
@@ -373,13 +374,14 @@ def _lbr() -> DoctorCheck:
     detail = f"depth {depth}" if depth else "no LBR depth (no cpu/caps/branches)"
     if cap.available:
         return DoctorCheck("LBR", True, f"{detail}; bpf_get_branch_snapshot() returns records")
-    return DoctorCheck(
-        "LBR",
-        False,
-        f"{detail}; {cap.reason}",
+    fix = (
         "LBR needs an Intel CPU with legacy LBR (or AMD LBRv2) on bare metal or KVM with "
-        "lbr-fmt passthrough; elsewhere use --lbr-backend=graph",
+        "lbr-fmt passthrough; elsewhere use --lbr-backend=graph"
+        if platform.machine() == "x86_64"
+        else f"no {platform.machine()} kernel gives bpf_get_branch_snapshot() branch records "
+        "yet: the graph backend (--lbr-backend=graph, what auto picks) traces here"
     )
+    return DoctorCheck("LBR", False, f"{detail}; {cap.reason}", fix)
 
 
 def _graph() -> DoctorCheck:

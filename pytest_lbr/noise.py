@@ -93,6 +93,11 @@ PROBE_HANDLERS = frozenset(
         "trampoline_handler",
         "kretprobe_trampoline_handler",
         "__kretprobe_trampoline_handler",
+        # arm64 (6.1 guest): a kprobe is a breakpoint, taken through the debug
+        # exception (the entry handlers run under it), and a kretprobe returns
+        # through __kretprobe_trampoline into trampoline_probe_handler.
+        "do_debug_exception",
+        "trampoline_probe_handler",
     }
 )
 

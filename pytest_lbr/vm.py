@@ -341,8 +341,10 @@ def build_command(
     python = root.python() if root else sys.executable
     mount_points: tuple[Path, ...] = ()
     guest = [python, "-m", "pytest_lbr.vm", "guest", "--results", str(results)]
-    cache = cache_dir()
-    if cache.is_dir():
+    # The host's symbol cache, shared with guests of the host's root (a root of its
+    # own keeps its own: its kernels are not the host's).
+    cache: Path | None = cache_dir() if root is None and cache_dir().is_dir() else None
+    if cache is not None:
         guest += ["--cache", str(cache)]
     if not strict:
         guest.append("--no-strict")
@@ -351,16 +353,14 @@ def build_command(
     guest += ["--", *args]
     cmd = [str(vng), "--run", str(kernel), "--memory", memory, "--cpus", str(cpus)]
     if root is not None:
-        # Its own root: the working directory comes in read-only, at the same path.
-        cmd += ["--arch", root.machine, "--root", str(root.path), "--rodir", str(cwd)]
-        # virtme-ng mounts host directories over paths that must exist in that root.
-        mount_points = tuple(
-            root.path / p.relative_to("/") for p in (cwd, results, *rw, cache) if p.is_absolute()
-        )
-    cmd += ["--rwdir", str(results)]
-    for path in rw:
-        cmd += ["--rwdir", str(path)]
-    if cache.is_dir():
+        # Its own root: host directories are mounted at their host paths (vng's
+        # GUEST=HOST form), over mount points that must exist in that root; the
+        # working directory comes in read-only.
+        cmd += ["--arch", root.debian_arch, "--root", str(root.path), "--rodir", f"{cwd}={cwd}"]
+        mount_points = tuple(root.path / p.relative_to("/") for p in (cwd, results, *rw))
+    for path in (results, *rw):
+        cmd += ["--rwdir", str(path) if root is None else f"{path}={path}"]
+    if cache is not None:
         # Writable in the guest, in its RAM: the sessions of one boot share the symbol
         # line cache (a cold debug-vmlinux lookup costs each session seconds under TCG).
         cmd += ["--overlay-rwdir", str(cache)]

@@ -20,8 +20,8 @@ _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "arm64": "aarch64", "aarch64
 #: Where in a root the guest's Python is looked for, first found wins: the venv
 #: ci/qemu/arm64-root makes, then a system-wide install.
 GUEST_PYTHONS = ("opt/pytest-lbr/bin/python", "usr/local/bin/python3", "usr/bin/python3")
-#: How a kernel package names its image in each architecture's Debian (linux-image-*).
-_DEBIAN_FLAVOUR = {"x86_64": "amd64", "aarch64": "arm64"}
+#: Each machine's name in Debian (its linux-image-* flavour) and in vng's --arch.
+_DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
 class RootError(ValueError):
@@ -58,6 +58,11 @@ class GuestRoot:
         made.python()  # raises when there is none
         return made
 
+    @property
+    def debian_arch(self) -> str:
+        """The architecture's Debian name (`arm64`), which vng's --arch takes too."""
+        return _DEBIAN_ARCH.get(self.machine, self.machine)
+
     def python(self) -> str:
         """The guest's Python, as a path inside the guest."""
         for rel in GUEST_PYTHONS:
@@ -79,7 +84,7 @@ class GuestRoot:
         pattern = f"vmlinuz-{spec}.*" if spec else "vmlinuz-*"
         found = sorted((self.path / "boot").glob(pattern), key=_version_key)
         if not found:
-            flavour = _DEBIAN_FLAVOUR.get(self.machine, self.machine)
+            flavour = self.debian_arch
             raise RootError(
                 f"no kernel {spec or ''} in {self.path / 'boot'} ({pattern}): install one in "
                 f"the root (Debian: chroot {self.path} apt-get install linux-image-{flavour}) "

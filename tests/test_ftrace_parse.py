@@ -441,3 +441,30 @@ def test_children_are_found_from_the_fork_events() -> None:
         fork.body.replace("252", "260").replace("pid=246", "pid=252"),
     )
     assert descendants({246}, [*records, grandchild]) == {252, 260}
+
+
+def test_arm64_kretprobed_function_gets_its_caller_from_the_return_event() -> None:
+    # kfunc:tcp_v4_connect in the arm64 6.1 guest: the kretprobe (a breakpoint on
+    # arm64) takes the link register, so ftrace prints "<-[unknown/kretprobe'd]";
+    # the kretprobe's event names __inet_stream_connect, and the hit nests there.
+    records = _records("ftrace-6.1-arm64-connect_kretprobe.txt")
+    fn = "tcp_v4_connect"
+    (entry,) = [r for r in records if isinstance(r, FunctionRecord) and r.func == fn]
+    assert (entry.parent, entry.parent_off, entry.parent_addr) == (
+        "__inet_stream_connect",
+        0x108,
+        0xFFFFDBB7B0F6ADB8,
+    )
+    target = parse_target(f"kfunc:{fn}")
+    hits = build_hits([target], [lambda f, a: f == fn], {0: "e1"}, {"e1": fn}, records)
+    trace = Trace(hits=hits)
+    assert len(hits) == 1 and hits[0].retval == 0, str(trace)
+    assert trace.has_path("__inet_stream_connect", fn, "tcp_connect"), str(trace)
+    assert trace.called("ip_route_output_key_hash", by=fn), str(trace)
+    # The breakpoint and return-trampoline handlers are the kretprobe's, not the test's.
+    for handler in ("do_debug_exception", "kprobe_breakpoint_handler", "trampoline_probe_handler"):
+        assert not trace.called(handler), str(trace)
+    assert (hits[0].branches[-1].kind, hits[0].branches[-1].dst.symbol) == (
+        "ret",
+        "__inet_stream_connect",
+    )

@@ -63,3 +63,23 @@ def test_each_vmlinux_path_has_its_own_symbolizer(tmp_path) -> None:  # type: ig
     assert symbols.get_symbolizer() is not symbols.get_symbolizer(path)
     assert symbols.get_symbolizer() is symbols.get_symbolizer(None)
     assert not hasattr(symbols, "use_vmlinux")
+
+
+def test_arm64_layout_programs_and_modules_are_below_the_kernel() -> None:
+    # An excerpt of the arm64 6.1 guest's /proc/kallsyms with tc_classifier loaded
+    # and veth in: BPF JIT images and modules live below the kernel image there, so
+    # "in the core" cannot start at the lowest symbol (that took every program for
+    # core code, and a stale program name was never re-read).
+    from pathlib import Path
+
+    ks = KernelSymbols(str(Path(__file__).parent / "data" / "kallsyms-6.1-arm64-excerpt.txt"))
+    prog = ks.address_of("bpf_prog_4f06f2f2c3088c9a_tc_classifier")
+    veth = ks.address_of("veth_get_sset_count")
+    vfs_write = ks.address_of("vfs_write")
+    assert prog is not None and veth is not None and vfs_write is not None
+    assert prog < veth < vfs_write
+    assert ks.in_core(vfs_write + 0x10) and ks.in_core(ks.address_of("_stext") or 0)
+    assert not ks.in_core(prog + 0x6C) and not ks.in_core(veth + 4)
+    s = ks.lookup(prog + 0x6C)
+    assert (s.name, s.offset, s.module) == ("bpf_prog_4f06f2f2c3088c9a_tc_classifier", 0x6C, "bpf")
+    assert ks.lookup(veth + 4).module == "veth"

@@ -25,7 +25,8 @@ enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
 * ``uprobe:PATH:SYMBOL`` / ``uretprobe:PATH:SYMBOL``: one hit per entry (or
   return) of the user function, in any process running the binary, from uprobe
   events in the same instance. An entry hit holds the user-level call edge
-  (caller -> function, the caller read from the return address on the stack);
+  (caller -> function, the caller read from the return address: on the stack on
+  x86-64, in the link register on arm64);
   a return hit holds the return edge and `retval`. The function tracer follows
   only the test's own threads, so the kernel calls a traced child process makes
   are not in these hits.
@@ -88,6 +89,9 @@ CLOCK_READS = {
     "tsc": "read_tsc",
     "tsc-early": "read_tsc",
     "kvm-clock": "kvm_clock_get_cycles",
+    # arm64's generic timer (drivers/clocksource/arm_arch_timer.c): in the arm64
+    # 6.1 guest its reads were most of a first trace's records.
+    "arch_sys_counter": "arch_counter_read",
 }
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 
@@ -727,7 +731,7 @@ class GraphCapture:
             raise CaptureError(f"{t.spec}: {exc}") from None
         self._user[index] = elf
         if t.kind == "uprobe":
-            definition = f"p {path}:{offset:#x} caller=+0(%sp):x64"
+            definition = f"p {path}:{offset:#x} caller={_return_address()}:x64"
         else:
             fetch = elf.return_type(t.function) or "x64"
             definition = f"r {path}:{offset:#x} ret=$retval:{fetch}"
@@ -735,6 +739,13 @@ class GraphCapture:
             return inst.add_probe("uprobe", definition).split("/")[1]
         except TracefsError as exc:
             raise CaptureError(f"{t.spec}: {exc}") from None
+
+
+def _return_address() -> str:
+    """A uprobe fetch argument for the return address at a function's first instruction:
+    on the stack where `call` pushes it (x86-64), in the link register where `bl` puts
+    it (arm64, register x30)."""
+    return "%x30" if os.uname().machine == "aarch64" else "+0(%sp)"
 
 
 #: Live captures (`GraphCapture.live()`): a thread quiet this long (seconds) has

@@ -3,13 +3,15 @@ instance's ``trace`` file (`pytest_lbr.kernel.tracefs`).
 
 Each function record reads ``callee+0x4/0x30 <addr> <-parent+0x5d/0xb0 <addr>``
 (options ``sym-offset`` and ``sym-addr``), so the parent is a real call-site
-address, also inside a JITed BPF program. Any other line is an event.
+address, also inside a JITed BPF program. Any other line is an event. On arm64 a
+function with a kretprobe on it has no parent in its record; its kretprobe event
+gives it one.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["EventRecord", "FunctionRecord", "parse_trace"]
 
@@ -25,6 +27,18 @@ _FUNC_RE = re.compile(rf"^{_SYM.format('fn')}\s+<-{_SYM.format('pa')}$")
 # A parent ftrace could not name (e.g. an unnamed JIT image): bare address.
 _FUNC_NOSYM_RE = re.compile(
     rf"^{_SYM.format('fn')}\s+<-(?P<pa_addr>0x[0-9a-f]+|[0-9a-f]+)(?:\s+<[0-9a-f]+>)?$"
+)
+# A function under a kretprobe on arm64: the kprobe (a breakpoint there, no
+# KPROBES_ON_FTRACE) swaps the link register for its trampoline before the
+# function tracer reads it, so the parent is "[unknown/kretprobe'd]". The
+# kretprobe's own event names the real call site when the function returns.
+_FUNC_KRETPROBED_RE = re.compile(
+    rf"^{_SYM.format('fn')}\s+<-\[unknown/kretprobe'd\](?:\s+<[0-9a-f]+>)?$"
+)
+# A kretprobe event's body: "(caller+0x108/0x3e0 <addr> <- func <addr>) ret=0x0".
+_RETURN_RE = re.compile(
+    r"^\((?P<pa>\S+?)\+0x(?P<pa_off>[0-9a-f]+)/0x[0-9a-f]+\s+<(?P<pa_addr>[0-9a-f]+)>"
+    r"\s+<-\s+(?P<fn>\S+)\s"
 )
 
 
@@ -67,6 +81,8 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
     short) is skipped.
     """
     out: list[FunctionRecord | EventRecord] = []
+    #: (tid, function) -> indexes in `out` of its kretprobe'd records, newest last.
+    unknown_parent: dict[tuple[int, str], list[int]] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -79,11 +95,24 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
         ts = int(m["sec"]) * 1_000_000_000 + int(m["usec"].ljust(9, "0")[:9])
         body = m["body"]
         f = _FUNC_RE.match(body) or _FUNC_NOSYM_RE.match(body)
+        if f is None and (f := _FUNC_KRETPROBED_RE.match(body)) is not None:
+            unknown_parent.setdefault((tid, f["fn"]), []).append(len(out))
         if f is None:
             name, _, rest = body.partition(":")
             if " " in name or "(" in name:  # syscall events print "sys_getppid()"
                 name, rest = body.split("(", 1)[0], body
             out.append(EventRecord(tid, cpu, ts, name.strip(), rest.strip(), tgid, comm))
+            ret = _RETURN_RE.match(rest.strip())
+            if ret is not None and unknown_parent.get((tid, ret["fn"])):
+                i = unknown_parent[(tid, ret["fn"])].pop()  # the innermost call returns first
+                called = out[i]
+                assert isinstance(called, FunctionRecord)
+                out[i] = replace(
+                    called,
+                    parent=ret["pa"],
+                    parent_off=int(ret["pa_off"], 16),
+                    parent_addr=int(ret["pa_addr"], 16),
+                )
             continue
         groups = f.groupdict()
         parent = groups.get("pa")
@@ -97,7 +126,7 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
                 func_addr=int(f["fn_addr"], 16) - int(f["fn_off"], 16),
                 parent=parent,
                 parent_off=int(groups["pa_off"], 16) if parent else 0,
-                parent_addr=int(f["pa_addr"], 16),
+                parent_addr=int(groups.get("pa_addr") or "0", 16),
                 tgid=tgid,
                 comm=comm,
             )

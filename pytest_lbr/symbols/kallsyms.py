@@ -63,7 +63,8 @@ class KernelSymbols:
         self.names = [r[1] for r in rows]
         self.modules = [r[2] for r in rows]
         self._by_name = by_name
-        self._core_end = max((r[0] for r in rows if r[2] is None), default=0)
+        core = [r[0] for r in rows if r[2] is None]
+        self._core_start, self._core_end = (min(core), max(core)) if core else (0, 0)
 
     @property
     def readable(self) -> bool:
@@ -92,5 +93,7 @@ class KernelSymbols:
     def in_core(self, addr: int) -> bool:
         """True if addr lies in the core kernel's symbol range (not modules/BPF)."""
         # kallsyms has no sizes: allow the last core symbol some body. Modules
-        # and JIT images live gigabytes away (0xffffffffa0000000 and up on x86).
-        return bool(self.starts) and self.starts[0] <= addr < self._core_end + (2 << 20)
+        # and JIT images live gigabytes away: above the kernel on x86-64
+        # (0xffffffffa0000000 and up), below it on arm64 (0xffff8000...: the
+        # module and BPF JIT area under the kernel image).
+        return bool(self.starts) and self._core_start <= addr < self._core_end + (2 << 20)
