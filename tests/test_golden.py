@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import golden as g
+from pytest_lbr.golden.storage import unused_files
 from pytest_lbr.model import Branch, Hit, Location, Trace
 
 
@@ -235,6 +236,34 @@ def test_check_statuses(tmp_path: Path) -> None:
     lossy = check.run(t, "test_a")
     assert (lossy.status, lossy.actual) == ("error", ())
     assert lossy.message == "trace lost 3 records: a golden comparison would be unreliable"
+
+
+def test_each_architecture_keeps_its_own_golden_files(tmp_path: Path) -> None:
+    # The example suite in the arm64 guest: the x86-64 files there do not count.
+    # The arm64 recording goes beside them (name@aarch64.lbr); each architecture
+    # then compares with its own, and a series variant of either stays its own.
+    module = tmp_path / "test_mod.py"
+    x86 = trace(call("__x64_sys_write", "ksys_write"))
+    x86.arch = "x86_64"
+    arm = trace(call("__arm64_sys_write", "ksys_write"))
+    arm.arch, arm.kernel_release = "aarch64", "6.1.0-50-arm64"
+    assert g.GoldenCheck(module, update=True).run(x86, "test_a").status == "written"
+    x86_file = g.golden_path(module, "test_a", "6.1.0")[1]
+    missing = g.GoldenCheck(module).run(arm, "test_a")
+    assert (missing.status, missing.path.name) == ("missing", "test_a@aarch64.lbr")
+    assert (
+        missing.message.startswith("no golden trace ") and "test_a@aarch64.lbr" in missing.message
+    )
+    written = g.GoldenCheck(module, update=True).run(arm, "test_a")
+    assert (written.status, written.path.name) == ("written", "test_a@aarch64.lbr")
+    assert g.GoldenCheck(module).run(arm, "test_a").status == "match"
+    assert g.GoldenCheck(module).run(x86, "test_a").status == "match"
+    assert "__x64_sys_write" in x86_file.read_text()  # never overwritten by arm64's
+    # An x86-64 6.1 variant is not arm64's either.
+    g.write_atomic(x86_file.with_name("test_a@6.1.lbr"), x86_file.read_text())
+    assert g.GoldenCheck(module).run(arm, "test_a").path.name == "test_a@aarch64.lbr"
+    # Every variant belongs to the test: none is reported unused.
+    assert unused_files(module, {"test_a"}) == []
 
 
 def test_binary_golden_file_is_a_one_line_error(tmp_path: Path) -> None:

@@ -15,7 +15,12 @@ from typing import Literal
 from pytest_lbr.golden.compare import compare
 from pytest_lbr.golden.format import GoldenError, GoldenFile, parse, serialize
 from pytest_lbr.golden.normalize import Normalization, normalize
-from pytest_lbr.golden.storage import display_path, golden_path, write_atomic
+from pytest_lbr.golden.storage import (
+    display_path,
+    golden_candidates,
+    golden_path,
+    write_atomic,
+)
 from pytest_lbr.model import Trace
 
 __all__ = ["PASSING", "GoldenCheck", "GoldenResult", "GoldenStatus"]
@@ -61,10 +66,18 @@ class GoldenCheck:
     def run(self, trace: Trace, name: str, level: str = "function") -> GoldenResult:
         """Check `trace` against the golden file of test `name` (or write it)."""
         release = trace.kernel_release or os.uname().release
+        arch = trace.arch or os.uname().machine
         path, default = golden_path(self.module_path, name, release)
-        shown = display_path(path)
         expected: tuple[str, ...] = ()
         actual: tuple[str, ...] = ()
+        # Another architecture's files do not count: take the most specific file
+        # recorded on this one, else record beside the others (name@ARCH.lbr).
+        candidates, own = golden_candidates(self.module_path, name, release, arch)
+        foreign = [c for c in candidates if c.exists() and _recorded_on(c) not in (arch, None)]
+        if foreign:
+            mine = [c for c in candidates if c.exists() and c not in foreign]
+            path = default = mine[0] if mine else own
+        shown = display_path(path)
 
         def result(status: GoldenStatus, message: str = "") -> GoldenResult:
             # The edge lines as far as they were known when the check ended.
@@ -118,3 +131,11 @@ class GoldenCheck:
             f"golden trace mismatch: {shown}\n{cmp.first_divergence()}\n{cmp.diff()}\n"
             "(if the new path is right: pytest --lbr --lbr-golden-update)",
         )
+
+
+def _recorded_on(path: Path) -> str | None:
+    """The architecture a golden file's header names (None: unreadable, or none given)."""
+    try:
+        return parse(path.read_bytes(), str(path)).header.get("arch")
+    except (OSError, GoldenError):
+        return None  # the check itself reads it again and says what is wrong

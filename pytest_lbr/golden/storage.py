@@ -2,8 +2,14 @@
 
 A golden file lives beside the test module::
 
-    tests/__lbr_golden__/test_net/test_connect.lbr         default
-    tests/__lbr_golden__/test_net/test_connect@6.12.lbr    wins on 6.12.x kernels
+    tests/__lbr_golden__/test_net/test_connect.lbr                 default
+    tests/__lbr_golden__/test_net/test_connect@6.12.lbr            wins on 6.12.x kernels
+    tests/__lbr_golden__/test_net/test_connect@aarch64.lbr         wins on arm64
+    tests/__lbr_golden__/test_net/test_connect@aarch64-6.12.lbr    on arm64 6.12.x
+
+A file counts only for the architecture it was recorded on (its header says):
+one suite keeps one set of files per architecture, the first recorded without
+the architecture in its name.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ __all__ = [
     "display_path",
     "golden_dir",
     "golden_name",
+    "golden_candidates",
     "golden_path",
     "kernel_series",
     "safe_file_name",
@@ -62,6 +69,24 @@ def golden_path(module_path: Path, test_name: str, release: str) -> tuple[Path, 
     default = folder / f"{name}{_SUFFIX}"
     variant = folder / f"{name}@{kernel_series(release)}{_SUFFIX}"
     return (variant if variant.exists() else default), default
+
+
+def golden_candidates(
+    module_path: Path, test_name: str, release: str, arch: str
+) -> tuple[list[Path], Path]:
+    """(files that may hold the test's golden trace, most specific first; the file
+    to record for `arch` when none of them was recorded there).
+
+    The caller reads each existing candidate's architecture: one of another
+    architecture does not count, and then the recording goes to `name@ARCH.lbr`
+    rather than over it.
+    """
+    name = safe_file_name(test_name)
+    folder = golden_dir(module_path)
+    series = kernel_series(release)
+    arch = safe_file_name(arch)
+    names = [f"{name}@{arch}-{series}", f"{name}@{arch}", f"{name}@{series}", name]
+    return [folder / f"{n}{_SUFFIX}" for n in names], folder / f"{name}@{arch}{_SUFFIX}"
 
 
 def golden_name(path: Path) -> str:
