@@ -73,6 +73,9 @@ __all__ = [
 
 STARTED = "started"
 STATUS = "status"
+#: Where a guest with a root of its own mounts a writable directory that lies inside
+#: the working directory, before `guest --bind` puts it in place.
+_ASIDE = Path("/var/lib/pytest-lbr")
 #: Exit status when a guest never reported one (no boot, panic, hang, a tool missing).
 #: Not one of pytest's own (0-5), so a caller can tell "the guest never ran" apart.
 EXIT_NO_GUEST = 6
@@ -339,8 +342,24 @@ def build_command(
         # clean in 6.1 and 6.12, test_graph in 0.9-1.3x its one-vCPU time (busy host).
         qemu_opts, host_cpus = ["-accel", "tcg,thread=single"], 1
     python = root.python() if root else sys.executable
-    mount_points: tuple[Path, ...] = ()
     guest = [python, "-m", "pytest_lbr.vm", "guest", "--results", str(results)]
+    # A root of its own: each host directory is mounted at its host path (vng's
+    # GUEST=HOST form) over a mount point that must exist in that root, and the
+    # working directory read-only. vng mounts writable directories before read-only
+    # ones, so one inside the working directory is mounted aside and bound into
+    # place by the guest side.
+    exports: list[tuple[Path, Path]] = []  # (guest path, host path), writable
+    mount_points: tuple[Path, ...] = ()
+    if root is not None:
+        for i, path in enumerate((results, *rw)):
+            aside = path.is_relative_to(cwd)
+            at = _ASIDE / f"rw{i}" if aside else path
+            exports.append((at, path))
+            if aside:
+                guest += ["--bind", f"{at}:{path}"]
+        mount_points = tuple(
+            root.path / p.relative_to("/") for p in (cwd, *(a for a, _ in exports))
+        )
     # The host's symbol cache, shared with guests of the host's root (a root of its
     # own keeps its own: its kernels are not the host's).
     cache: Path | None = cache_dir() if root is None and cache_dir().is_dir() else None
@@ -353,13 +372,12 @@ def build_command(
     guest += ["--", *args]
     cmd = [str(vng), "--run", str(kernel), "--memory", memory, "--cpus", str(cpus)]
     if root is not None:
-        # Its own root: host directories are mounted at their host paths (vng's
-        # GUEST=HOST form), over mount points that must exist in that root; the
-        # working directory comes in read-only.
         cmd += ["--arch", root.debian_arch, "--root", str(root.path), "--rodir", f"{cwd}={cwd}"]
-        mount_points = tuple(root.path / p.relative_to("/") for p in (cwd, results, *rw))
-    for path in (results, *rw):
-        cmd += ["--rwdir", str(path) if root is None else f"{path}={path}"]
+        for at, path in exports:
+            cmd += ["--rwdir", f"{at}={path}"]
+    else:
+        for path in (results, *rw):
+            cmd += ["--rwdir", str(path)]
     if cache is not None:
         # Writable in the guest, in its RAM: the sessions of one boot share the symbol
         # line cache (a cold debug-vmlinux lookup costs each session seconds under TCG).
@@ -598,13 +616,17 @@ def guest_main(
     execute: str | None = None,
     strict: bool = True,
     cache: Path | None = None,
+    binds: Sequence[tuple[Path, Path]] = (),
 ) -> int:
     """Inside the VM: mount, run pytest (or the command), save dmesg, write the status file.
 
     `cache`: the host's pytest-lbr cache directory (writable here, in guest RAM).
+    `binds`: (mounted at, belongs at) of writable directories mounted aside.
     """
     from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, TracefsError, find_tracefs, mount_tracefs
 
+    for source, target in binds:
+        subprocess.run(["mount", "--bind", str(source), str(target)], check=False)
     (results / STARTED).write_text(f"{platform.release()}\n")
     _mount("bpf", "/sys/fs/bpf")
     # The graph backend only looks tracefs up: mounting it is this set-up's job
@@ -886,10 +908,17 @@ def _guest_cli(argv: list[str]) -> int:
     parser.add_argument("--exec", dest="execute")
     parser.add_argument("--no-strict", dest="strict", action="store_false")
     parser.add_argument("--cache", type=Path)
+    parser.add_argument("--bind", action="append", default=[], metavar="MOUNTED:TARGET")
     parser.add_argument("args", nargs="*")
     args = parser.parse_args(argv)
+    binds = [(Path(a), Path(b)) for a, _, b in (x.partition(":") for x in args.bind)]
     return guest_main(
-        args.results, args.args, execute=args.execute, strict=args.strict, cache=args.cache
+        args.results,
+        args.args,
+        execute=args.execute,
+        strict=args.strict,
+        cache=args.cache,
+        binds=binds,
     )
 
 

@@ -69,8 +69,19 @@ def test_dry_run_boots_the_roots_kernel_with_its_python(tmp_path: Path) -> None:
     assert cmd[cmd.index("--root") + 1] == str(root)
     assert cmd[cmd.index("--rodir") + 1] == f"{tmp_path}={tmp_path}"  # the tests, read-only
     assert "--disable-kvm" in cmd
+    # vng mounts writable directories before the read-only working directory, which
+    # would hide the results inside it: they go aside and the guest binds them back.
     results = tmp_path / "lbr-results" / "arm64-6.1"
-    assert cmd[cmd.index("--rwdir") + 1] == f"{results}={results}"
+    assert cmd[cmd.index("--rwdir") + 1] == f"/var/lib/pytest-lbr/rw0={results}"
+    assert f"--bind /var/lib/pytest-lbr/rw0:{results}" in out.stdout
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-results"
+    out = _vm(
+        *("--arch", "arm64", "--root", str(root), "--results", str(elsewhere), "--dry-run"),
+        cwd=tmp_path,
+    )
+    cmd = shlex.split(out.stdout)
+    assert cmd[cmd.index("--rwdir") + 1] == f"{elsewhere / 'arm64-6.1'}={elsewhere / 'arm64-6.1'}"
+    assert "--bind" not in out.stdout
     assert "/opt/pytest-lbr/bin/python -m pytest_lbr.vm guest" in out.stdout
     assert not (root / tmp_path.relative_to("/")).exists()  # a dry run makes no mount point
 
