@@ -262,8 +262,13 @@ def test_each_architecture_keeps_its_own_golden_files(tmp_path: Path) -> None:
     # An x86-64 6.1 variant is not arm64's either.
     g.write_atomic(x86_file.with_name("test_a@6.1.lbr"), x86_file.read_text())
     assert g.GoldenCheck(module).run(arm, "test_a").path.name == "test_a@aarch64.lbr"
+    # A file named for the architecture counts on it even with no other file beside it.
+    (g.golden_path(module, "test_b", "6.1.0")[1]).with_name("test_b@aarch64.lbr").write_bytes(
+        written.path.read_bytes()
+    )
+    assert g.GoldenCheck(module).run(arm, "test_b").status == "match"
     # Every variant belongs to the test: none is reported unused.
-    assert unused_files(module, {"test_a"}) == []
+    assert unused_files(module, {"test_a", "test_b"}) == []
 
 
 def test_binary_golden_file_is_a_one_line_error(tmp_path: Path) -> None:

@@ -66,17 +66,19 @@ class GoldenCheck:
     def run(self, trace: Trace, name: str, level: str = "function") -> GoldenResult:
         """Check `trace` against the golden file of test `name` (or write it)."""
         release = trace.kernel_release or os.uname().release
-        arch = trace.arch or os.uname().machine
-        path, default = golden_path(self.module_path, name, release)
+        arch = trace.arch
+        default = golden_path(self.module_path, name, release)[1]
         expected: tuple[str, ...] = ()
         actual: tuple[str, ...] = ()
         # Another architecture's files do not count: take the most specific file
-        # recorded on this one, else record beside the others (name@ARCH.lbr).
+        # recorded on this one; where the others' files are, record beside them.
         candidates, own = golden_candidates(self.module_path, name, release, arch)
-        foreign = [c for c in candidates if c.exists() and _recorded_on(c) not in (arch, None)]
+        existing = [c for c in candidates if c.exists()]
+        foreign = [c for c in existing if _recorded_on(c) not in (arch, None)]
+        mine = [c for c in existing if c not in foreign]
         if foreign:
-            mine = [c for c in candidates if c.exists() and c not in foreign]
-            path = default = mine[0] if mine else own
+            default = own
+        path = mine[0] if mine else default
         shown = display_path(path)
 
         def result(status: GoldenStatus, message: str = "") -> GoldenResult:
