@@ -150,5 +150,8 @@ def test_two_workers_get_only_their_own_hits(
     # ran the program and wrote while the other worker's hooks were on the same
     # program and function (and those hooks passed on none of it: the inner asserts).
     crossed = _inside(bodies["gw0"], hooked["gw1"]) + _inside(bodies["gw1"], hooked["gw0"])
-    # Seen: 6.1 guest 99 of 100 (50 cases per worker).
-    assert crossed >= CASES // 5, (crossed, dict(hooked), dict(bodies))
+    # Seen: 6.1 guest 99 of 100 (50 cases per worker); 6.12 guest 19 of 100 in a CI
+    # run whose two guests shared the host's two cores (its vCPUs take turns on one
+    # host thread, so how often the workers interleave is the scheduler's call).
+    # A tenth still shows the workers traced side by side, not one after the other.
+    assert crossed >= CASES // 10, (crossed, dict(hooked), dict(bodies))
