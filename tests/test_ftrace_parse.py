@@ -468,3 +468,20 @@ def test_arm64_kretprobed_function_gets_its_caller_from_the_return_event() -> No
         "ret",
         "__inet_stream_connect",
     )
+
+
+def test_arm64_softirq_on_the_irq_stack_is_not_the_threads_work() -> None:
+    # kfunc:__sys_connect in the arm64 6.1 guest: softirqs that became pending ran
+    # at local_bh_enable, on the irq stack ("____do_softirq <-call_on_irq_stack",
+    # then __do_softirq) before the softirq bit was set; they are not the connect's.
+    records = _records("ftrace-6.1-arm64-connect_softirq.txt")
+    assert any(isinstance(r, FunctionRecord) and r.func == "____do_softirq" for r in records)
+    fn = "__sys_connect"
+    target = parse_target(f"kfunc:{fn}")
+    hits = build_hits([target], [lambda f, a: f == fn], {0: "e2"}, {"e2": fn}, records)
+    trace = Trace(hits=hits)
+    assert len(hits) == 1, str(trace)
+    assert trace.has_path(fn, "__sys_connect_file", "inet_stream_connect"), str(trace)
+    assert trace.called("tcp_rbtree_insert", by="tcp_connect"), str(trace)
+    for softirq in ("____do_softirq", "__do_softirq", "do_softirq_own_stack", "handle_softirqs"):
+        assert not trace.called(softirq), softirq

@@ -103,12 +103,26 @@ CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clockso
 #: Kept, they nested into whatever the thread was doing: a timer interrupt in the
 #: middle of a BPF program run cut it into two hits, the second taking in the
 #: BPF_PROG_TEST_RUN machinery (6.1), or hid one of the program's calls under the
-#: interrupt in the golden trace (6.12).
+#: interrupt in the golden trace (6.12). The softirq entry a thread takes itself
+#: (local_bh_enable -> do_softirq) is the same: arm64 runs it on the irq stack,
+#: "____do_softirq <-call_on_irq_stack" (arch/arm64/kernel/irq.c; arm64 6.1 guest),
+#: and a softirq pending in a traced connect put that edge in a golden trace.
 _IRQ_EDGE_PARENT = re.compile(
     r"^(?:asm_|sysvec_|__sysvec_|common_interrupt$|__common_interrupt$|spurious_interrupt"
-    r"|irqentry_|__irq_exit_rcu$|irq_exit_rcu$|irq_enter_rcu$)"
+    r"|irqentry_|__irq_exit_rcu$|irq_exit_rcu$|irq_enter_rcu$|call_on_irq_stack$)"
 )
-_IRQ_EDGE_FUNC = frozenset({"irq_enter_rcu", "irq_exit_rcu", "__irq_exit_rcu", "handle_softirqs"})
+_IRQ_EDGE_FUNC = frozenset(
+    {
+        "irq_enter_rcu",
+        "irq_exit_rcu",
+        "__irq_exit_rcu",
+        "handle_softirqs",
+        "do_softirq",
+        "do_softirq_own_stack",
+        "____do_softirq",
+        "__do_softirq",
+    }
+)
 
 
 def _interrupt_edge(r: FunctionRecord) -> bool:
