@@ -18,7 +18,6 @@ from pytest_lbr.golden.normalize import Normalization, normalize
 from pytest_lbr.golden.storage import (
     display_path,
     golden_candidates,
-    golden_path,
     write_atomic,
 )
 from pytest_lbr.model import Trace
@@ -67,7 +66,6 @@ class GoldenCheck:
         """Check `trace` against the golden file of test `name` (or write it)."""
         release = trace.kernel_release or os.uname().release
         arch = trace.arch
-        default = golden_path(self.module_path, name, release)[1]
         expected: tuple[str, ...] = ()
         actual: tuple[str, ...] = ()
         # Another architecture's files do not count: take the most specific file
@@ -76,8 +74,9 @@ class GoldenCheck:
         existing = [c for c in candidates if c.exists()]
         foreign = [c for c in existing if _recorded_on(c) not in (arch, None)]
         mine = [c for c in existing if c not in foreign]
-        if foreign:
-            default = own
+        # Where to record when nothing here is this architecture's: the plain name
+        # (the last candidate), or beside another architecture's files.
+        default = own if foreign else candidates[-1]
         path = mine[0] if mine else default
         shown = display_path(path)
 
