@@ -134,7 +134,7 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (TargetError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if args.errors_only:
-        silent = without_return_values(live.targets, "graph")
+        silent = without_return_values(live.targets, live.capabilities)
         if len(silent) == len(live.targets):
             raise UsageError(
                 f"--errors-only keeps hits that return an error, and "
@@ -143,8 +143,11 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             )
         for t in silent:
             print(f"note: --errors-only: {t.spec} returns no value here: none shown", file=err)
-    if args.filter:
-        print("note: --filter is an LBR branch filter: ignored by the graph backend", file=err)
+    if args.filter and not live.capabilities.filters:
+        print(
+            f"note: --filter is an LBR branch filter: ignored by the {live.backend_name} backend",
+            file=err,
+        )
     if not live.available:
         print(f"pytest-lbr: cannot trace: {live.reason}", file=err)
         return EXIT_FOUND
@@ -185,7 +188,8 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with live:
             print(
-                f"Tracing {', '.join(t.spec for t in live.targets)} with the graph backend "
+                f"Tracing {', '.join(t.spec for t in live.targets)} with the "
+                f"{live.backend_name} backend "
                 f"({whose}; {limit}; hits are printed as they complete). Ctrl-C to stop.",
                 file=err,
                 flush=True,

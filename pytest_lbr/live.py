@@ -5,14 +5,13 @@
             for hit in batch:
                 print(format_hit_header(hit))
 
-`LiveTrace` arms a capture, polls it while it runs (the graph backend's
-`GraphCapture.poll()`: its trace_pipe, read as the records come) and names each
-batch of hits the way `pytest_lbr.tracer` names a whole trace (`add_source_lines`).
-It never records its own process: a reader that traced itself would trace its own
-reading. The filters and the JSON shape of a hit are here too, as plain functions.
-
-The lbr backend cannot stream yet: its capture decodes the hook set's ring buffer
-at `stop()` only (`LbrCapture` has no `poll()`).
+`LiveTrace` arms a capture of any backend whose `Capabilities.live` says it
+streams, polls it while it runs (`Capture.poll()`; the graph backend reads its
+trace_pipe as the records come) and names each batch of hits the way
+`pytest_lbr.tracer` names a whole trace (`add_source_lines`, then the capture's
+`trim`). It never records its own process: a reader that traced itself would trace
+its own reading. The filters and the JSON shape of a hit are here too, as plain
+functions.
 """
 
 from __future__ import annotations
@@ -23,8 +22,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pytest_lbr.capture import BACKENDS, Backend, CaptureError, Scope, resolve_backend
-from pytest_lbr.capture.graph import GraphCapture
+from pytest_lbr.capture import (
+    BACKENDS,
+    REGISTRY,
+    Backend,
+    Capabilities,
+    Capture,
+    CaptureError,
+    Scope,
+    auto_choice,
+    backend_class,
+    resolve_backend,
+)
 from pytest_lbr.model import Branch, Hit, Location
 from pytest_lbr.targets import Target, parse_targets
 from pytest_lbr.tracer import add_source_lines
@@ -67,15 +76,11 @@ def comm_matches(hit: Hit, pattern: str) -> bool:
     return fnmatch.fnmatchcase(hit.comm, pattern)
 
 
-def without_return_values(targets: Sequence[Target], backend: str) -> list[Target]:
-    """The targets whose hits never carry a return value on `backend`: tracepoints,
-    uprobe entries and, on the graph backend, kernel-function globs (a return
-    event per function would cost a kprobe each)."""
-    out = []
-    for t in targets:
-        if t.kind in ("tp", "uprobe") or (t.kind == "kfunc" and t.is_glob and backend == "graph"):
-            out.append(t)
-    return out
+def without_return_values(targets: Sequence[Target], capabilities: Capabilities) -> list[Target]:
+    """The targets whose hits never carry a return value on a backend that can do
+    `capabilities`: tracepoints, uprobe entries and, on the graph backend,
+    kernel-function globs (a return event per function would cost a kprobe each)."""
+    return [t for t in targets if not capabilities.has_retval(t)]
 
 
 def _location_json(loc: Location) -> dict[str, Any]:
@@ -124,8 +129,9 @@ class LiveTrace:
     """A capture that hands its hits over as they arrive; a context manager.
 
     `targets` as `lbr.trace` takes them; `scope` whose work (default: every task,
-    "system"; never this process). `backend` "auto" streams with the graph
-    backend (the lbr backend cannot stream yet: `StreamingUnsupported`).
+    "system"; never this process). `backend` "auto" streams with the first backend
+    that streams and works here; a backend whose `Capabilities.live` is False is
+    refused (`StreamingUnsupported`).
     `vmlinux`: the debug vmlinux for file:line (None: auto-discovered).
     `interval`: seconds between polls.
     """
@@ -141,27 +147,43 @@ class LiveTrace:
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-        if backend == "lbr":
+        if backend != "auto" and not backend_class(backend).capabilities.live:
+            streams = [n for n in REGISTRY if backend_class(n).capabilities.live]
+            why = backend_class(backend).capabilities.why("live")
             raise StreamingUnsupported(
-                "the lbr backend cannot stream yet: it decodes its hits when disarmed "
-                "(its capture has no poll()); use --backend graph"
+                f"the {backend} backend cannot stream yet"
+                + (f": {why}" if why else "")
+                + f"; use --backend {' or '.join(streams)}"
             )
         self.targets = parse_targets(list(targets))
         self.scope = scope or Scope.of("system")
         self.interval = interval
+        self._wanted = backend
         self._vmlinux = vmlinux
         self._backend: Backend | None = None
-        self._capture: GraphCapture | None = None
+        self._capture: Capture | None = None
         self._stopped = False
 
     # -- what a reader asks ------------------------------------------------------
 
     @property
     def backend(self) -> Backend:
-        """The backend, probed on first use (the graph backend)."""
+        """The backend, probed on first use."""
         if self._backend is None:
-            self._backend = resolve_backend("graph")
+            self._backend = resolve_backend(self._wanted, live=True)
         return self._backend
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's name: without probing where only one backend could stream."""
+        if self._wanted != "auto":
+            return self._wanted
+        return auto_choice(live=True) or self.backend.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend can do (`backend_name`'s, without arming it)."""
+        return backend_class(self.backend_name).capabilities
 
     @property
     def available(self) -> bool:
@@ -185,11 +207,8 @@ class LiveTrace:
 
     def start(self) -> None:
         """Arm: every hit from now on is handed over by `poll()` or `stop()`."""
-        capture = self.backend.open(self.targets, scope=self.scope)
-        assert isinstance(capture, GraphCapture)
-        self._capture = capture
+        self._capture = capture = self.backend.open(self.targets, scope=self.scope, live=True)
         try:
-            capture.live()
             capture.start()
         except BaseException:
             self.close()
@@ -242,6 +261,8 @@ class LiveTrace:
         mine = os.getpid()
         hits = [h for h in hits if h.pid != mine]
         add_source_lines(hits, self._vmlinux)
+        if self._capture is not None:
+            self._capture.trim(hits)
         for h in hits:
             # ftrace names a task it has not cached as "<...>".
             if not h.comm or h.comm == "<...>":

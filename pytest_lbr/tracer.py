@@ -13,16 +13,14 @@ tracer's own branches trimmed -> the finished `Trace`.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pytest_lbr.capture import BACKENDS, FILTERS, Backend, CaptureError, Scope, resolve_backend
-from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.capture.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.noise import TRACER_SYMBOLS
 from pytest_lbr.targets import parse_targets
 
 __all__ = ["Tracer", "TracingUnavailable", "add_source_lines", "trim_tracer", "trim_tracer_hits"]
@@ -117,7 +115,7 @@ class Tracer:
         if not cap.available:
             raise TracingUnavailable(f"{cap.backend} backend unavailable: {cap.reason}")
         chosen_filter = filter or self._filter
-        if chosen_filter and cap.backend != "lbr":
+        if chosen_filter and not chosen.capabilities.filters:
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
         capture = chosen.open(parsed, filter=chosen_filter, scope=whose)
         trace = Trace(targets=[t.spec for t in parsed], backend=cap.backend)
@@ -129,8 +127,7 @@ class Tracer:
         finally:
             capture.close()
         add_source_lines(done.hits, self._vmlinux)
-        if isinstance(capture, LbrCapture):
-            trim_tracer_hits(done.hits, capture.traced)
+        capture.trim(done.hits)
         trace.__dict__.update(done.__dict__)
         trace.targets = [t.spec for t in parsed]
 
@@ -197,46 +194,6 @@ def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
     for h in hits:
         h.branches = [named(b) for b in h.branches]
         h.raw_branches = [named(b) for b in h.raw_branches]
-
-
-def trim_tracer(
-    branches: Sequence[Branch],
-    traced: Callable[[Location], bool] | None = None,
-    tracer: Sequence[str] = TRACER_SYMBOLS,
-) -> list[Branch]:
-    """Drop the LBR tracer's own newest records from `branches` (oldest first, symbolized).
-
-    With `traced` (is this location in the traced function?), keep everything
-    up to the newest branch touching it, as retsnoop does. Without it, or when
-    no branch touches it, drop the newest run of branches into or out of the
-    tracer's code (`tracer` symbol globs).
-    """
-    if traced is not None:
-        for i in range(len(branches) - 1, -1, -1):
-            if traced(branches[i].src) or traced(branches[i].dst):
-                return list(branches[: i + 1])
-    end = len(branches)
-    while end and (
-        _matches(branches[end - 1].src, tracer) or _matches(branches[end - 1].dst, tracer)
-    ):
-        end -= 1
-    return list(branches[:end])
-
-
-def _matches(loc: Location, patterns: Iterable[str]) -> bool:
-    return loc.symbol is not None and any(fnmatch.fnmatchcase(loc.symbol, p) for p in patterns)
-
-
-def trim_tracer_hits(hits: list[Hit], traced: dict[str, str]) -> None:
-    """Set each LBR hit's `branches` to its symbolized `raw_branches` without the tracer's
-    own; `traced`: a hit's target -> the symbol of the function its hook traced."""
-    for h in hits:
-        symbol = traced.get(h.target)
-        h.branches = trim_tracer(h.raw_branches, _in_function(symbol) if symbol else None)
-
-
-def _in_function(symbol: str) -> Callable[[Location], bool]:
-    return lambda loc: loc.symbol == symbol
 
 
 def check_filter(filter: str | None) -> None:

@@ -1,76 +1,116 @@
 """Capture engine: arm a backend on resolved targets, collect a `Trace`.
 
-Two backends fill the same `Trace` model:
+Every backend implements the protocols of `pytest_lbr.capture.base` (a
+`BackendDriver` class that opens `Capture`s) and is named once, in `REGISTRY`:
 
 * ``lbr``   -- a BPF program at each target calls bpf_get_branch_snapshot() first
   thing and ships the records through a ring buffer (`pytest_lbr.capture.lbr`);
 * ``graph`` -- the software call trace for machines without LBR
   (`pytest_lbr.capture.graph`).
 
-`resolve_backend` probes a backend once and gives the `Backend` the tracer
-opens every capture through: it keeps what a backend sets up once per session
-(the graph backend's function tracer) until it is closed.
+Adding a backend is a module with its driver class and one line in `REGISTRY`;
+nothing else picks a backend by its name. `resolve_backend` probes a backend once
+and gives the `Backend` the tracer opens every capture through: it keeps what a
+backend sets up once per session (the graph backend's function tracer) until it
+is closed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from collections.abc import Sequence
 
 from pytest_lbr.capture.base import (
-    BACKENDS,
     FILTERS,
     SCOPES,
+    BackendDriver,
+    Capabilities,
     Capability,
     Capture,
     CaptureError,
     Scope,
     as_scope,
 )
+from pytest_lbr.model import Hit, Trace
 from pytest_lbr.targets import Target
-
-if TYPE_CHECKING:
-    from pytest_lbr.capture.graph import GraphRecorder
 
 __all__ = [
     "BACKENDS",
     "FILTERS",
+    "REGISTRY",
     "SCOPES",
     "Scope",
     "Backend",
+    "BackendDriver",
+    "Capabilities",
     "Capability",
     "Capture",
     "CaptureError",
+    "auto_choice",
+    "backend_class",
     "open_capture",
     "probe",
     "resolve_backend",
 ]
 
+#: Every backend: its name -> "module:class" of its `BackendDriver`, in the order
+#: "auto" prefers them. Imported only when a backend is used.
+REGISTRY: dict[str, str] = {
+    "lbr": "pytest_lbr.capture.lbr:LbrBackend",
+    "graph": "pytest_lbr.capture.graph:GraphBackend",
+}
+
+#: Backend names a user can ask for.
+BACKENDS = ("auto", *REGISTRY)
+
+
+def backend_class(name: str) -> type[BackendDriver]:
+    """The driver class of backend `name` (ValueError naming the known ones otherwise)."""
+    try:
+        module, _, cls = REGISTRY[name].partition(":")
+    except KeyError:
+        raise ValueError(
+            f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}"
+        ) from None
+    found: type[BackendDriver] = getattr(importlib.import_module(module), cls)
+    return found
+
 
 def probe(backend: str) -> Capability:
-    """Probe one concrete backend ("lbr" or "graph"); never raises."""
-    if backend == "lbr":
-        from pytest_lbr.capture.lbr import probe_lbr
-
-        return probe_lbr()
-    if backend == "graph":
-        from pytest_lbr.capture.graph import probe_graph
-
-        return probe_graph()
-    return Capability(backend, False, f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    """Probe one concrete backend (a `REGISTRY` name); never raises."""
+    if backend not in REGISTRY:
+        return Capability(
+            backend, False, f"unknown backend {backend!r}; expected one of {BACKENDS}"
+        )
+    return backend_class(backend).probe()
 
 
-def resolve_backend(wanted: str) -> Backend:
-    """Probe `wanted` ("auto", "lbr" or "graph") once; "auto" takes LBR where the CPU
-    has it, else the graph backend. Never raises: an unusable backend says why."""
-    if wanted == "auto":
-        lbr = probe("lbr")
-        if lbr.available:
-            return Backend(lbr, wanted)
-        graph = probe("graph")
-        if not graph.available:
-            graph.reason = f"{graph.reason} (and no LBR: {lbr.reason})"
-        return Backend(graph, wanted)
-    return Backend(probe(wanted), wanted)
+def resolve_backend(wanted: str, *, live: bool = False) -> Backend:
+    """Probe `wanted` ("auto" or a `REGISTRY` name) once; "auto" takes the first
+    backend of `REGISTRY` that works here (LBR where the CPU has it, else the graph
+    backend), and with `live` only backends that stream. Never raises: an
+    unusable backend says why."""
+    if wanted != "auto":
+        return Backend(probe(wanted), wanted)
+    names = [n for n in REGISTRY if not live or backend_class(n).capabilities.live]
+    refused: list[Capability] = []
+    for name in names:
+        cap = probe(name)
+        if cap.available:
+            return Backend(cap, wanted)
+        refused.append(cap)
+    # None works: the last one's reason, and why the others did not either.
+    last = refused[-1]
+    for other in refused[:-1]:
+        last.reason = f"{last.reason} (and no {other.backend.upper()}: {other.reason})"
+    return Backend(last, wanted)
+
+
+def auto_choice(*, live: bool = False) -> str | None:
+    """The backend "auto" picks where that is known without probing (one candidate
+    left; with `live`, of the backends that stream), else None."""
+    names = [n for n in REGISTRY if not live or backend_class(n).capabilities.live]
+    return names[0] if len(names) == 1 else None
 
 
 class Backend:
@@ -85,36 +125,39 @@ class Backend:
         self.capability = capability
         #: The name it was resolved from ("auto" or the backend's own).
         self.requested = requested or capability.backend
-        self._recorder: GraphRecorder | None = None
+        self._driver: BackendDriver | None = None
 
     @property
     def name(self) -> str:
-        """ "lbr" or "graph" (or the unknown name asked for)."""
+        """The backend's `REGISTRY` name (or the unknown name asked for)."""
         return self.capability.backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend can do (known without arming it)."""
+        return backend_class(self.name).capabilities
 
     def open(
         self,
-        targets: list[Target],
+        targets: Sequence[Target],
         *,
         filter: str | None = None,
         scope: Scope | str | None = None,
+        live: bool = False,
     ) -> Capture:
-        """A not-yet-armed capture of `targets` (`scope`: whose work; this process by default)."""
+        """A not-yet-armed capture of `targets` (`scope`: whose work; this process by
+        default; `live`: read with `poll()` while armed)."""
         if not self.capability.available:
             raise CaptureError(f"{self.name} backend unavailable: {self.capability.reason}")
-        if self.name == "graph":
-            from pytest_lbr.capture.graph import GraphCapture, GraphRecorder
-
-            if self._recorder is None:
-                self._recorder = GraphRecorder()
-            return GraphCapture(targets, self._recorder, scope=as_scope(scope))
-        return open_capture(self.name, targets, filter=filter, scope=scope)
+        if self._driver is None:
+            self._driver = backend_class(self.name)()
+        return self._driver.open(list(targets), scope=as_scope(scope), filter=filter, live=live)
 
     def close(self) -> None:
         """Release what the backend kept set up (idempotent; captures must be closed)."""
-        recorder, self._recorder = self._recorder, None
-        if recorder is not None:
-            recorder.close()
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.close()
 
     def __repr__(self) -> str:
         return f"<Backend {self.capability!r}>"
@@ -122,19 +165,51 @@ class Backend:
 
 def open_capture(
     backend: str,
-    targets: list[Target],
+    targets: Sequence[Target],
     *,
     filter: str | None = None,
     scope: Scope | str | None = None,
 ) -> Capture:
-    """A not-yet-armed capture of `targets` on a concrete backend ("lbr" or "graph"),
-    set up for this capture alone (`Backend.open` shares the set-up between captures)."""
-    if backend == "lbr":
-        from pytest_lbr.capture.lbr import LbrCapture
+    """A not-yet-armed capture of `targets` on a concrete backend (a `REGISTRY` name),
+    set up for this capture alone (`Backend.open` shares the set-up between captures):
+    its `close()` releases that set-up too."""
+    driver = backend_class(backend)()
+    try:
+        capture = driver.open(list(targets), scope=as_scope(scope), filter=filter)
+    except BaseException:
+        driver.close()
+        raise
+    return _Alone(capture, driver)
 
-        return LbrCapture(targets, filter=filter or "any", scope=scope)
-    if backend == "graph":
-        from pytest_lbr.capture.graph import GraphCapture
 
-        return GraphCapture(targets, scope=as_scope(scope))
-    raise CaptureError(f"unknown backend {backend!r}; expected 'lbr' or 'graph'")
+class _Alone:
+    """A capture that owns its driver: closing it closes both."""
+
+    def __init__(self, capture: Capture, driver: BackendDriver) -> None:
+        self._capture, self._driver = capture, driver
+
+    def start(self) -> None:
+        self._capture.start()
+
+    def poll(self) -> list[Hit]:
+        return self._capture.poll()
+
+    def stop(self) -> Trace:
+        return self._capture.stop()
+
+    def close(self) -> None:
+        try:
+            self._capture.close()
+        finally:
+            self._driver.close()
+
+    @property
+    def lost(self) -> int:
+        return self._capture.lost
+
+    @property
+    def notes(self) -> list[str]:
+        return self._capture.notes
+
+    def trim(self, hits: list[Hit]) -> None:
+        self._capture.trim(hits)

@@ -1,23 +1,27 @@
-"""What every capture backend shares: backend and filter names, the error type,
-the capability verdict and the `Capture` protocol. The backends import this, never
-the package itself, so `pytest_lbr.capture` (which picks a backend) imports them
-without a cycle.
+"""What every capture backend shares: filter and scope names, the error type, the
+capability verdict, what a backend can do (`Capabilities`), and the two protocols a
+backend implements: `Capture` (one trace) and `BackendDriver` (one session's use of
+the backend). The backends import this, never the package itself, so
+`pytest_lbr.capture` (whose registry names the backends) imports them without a cycle.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pytest_lbr.errors import UserError
-from pytest_lbr.model import Trace
+from pytest_lbr.model import Hit, Trace
+from pytest_lbr.targets import Target
 
 __all__ = [
-    "BACKENDS",
     "FILTERS",
     "SCOPES",
+    "BackendDriver",
+    "Capabilities",
     "Capability",
     "Capture",
     "CaptureError",
@@ -25,8 +29,6 @@ __all__ = [
     "as_scope",
 ]
 
-#: Backend names a user can ask for.
-BACKENDS = ("auto", "lbr", "graph")
 #: Whose work a trace records: this process's threads ("process"), also every
 #: process they start while the trace is armed and those processes' children
 #: ("children"), or every task and interrupt context of the machine ("system").
@@ -83,6 +85,16 @@ class Scope:
                 )
             cgroup = str(path)
         return cls(scope, pid, cgroup)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What a backend must offer for this scope (`Capabilities.scopes`): its kind,
+        and "pid" or "cgroup" where it names another process or a cgroup."""
+        return frozenset(
+            {self.kind}
+            | ({"pid"} if self.pid is not None else set())
+            | ({"cgroup"} if self.cgroup is not None else set())
+        )
 
     @property
     def interrupts(self) -> bool:
@@ -143,12 +155,102 @@ class Capability:
         return f"<Capability {self.backend} {state}>"
 
 
+#: What `Capabilities.scopes` may hold: the `SCOPES`, and "pid" / "cgroup" for
+#: `Scope.of(pid=...)` / `Scope.of(cgroup=...)`.
+SCOPE_NEEDS = (*SCOPES, "pid", "cgroup")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, known without arming it (or probing the machine).
+
+    Callers decide from this, never from a backend's name: the CLI refuses to
+    stream with a backend whose `live` is False, the tracer passes branch
+    filters only to one with `filters`, and so on.
+    """
+
+    #: The scopes it records (`SCOPE_NEEDS`): see `Scope.needs`.
+    scopes: frozenset[str]
+    #: `Capture.poll()` hands hits over while the capture is armed.
+    live: bool
+    #: The target kinds whose hits carry `retval` ("kfunc", "kfunc glob", "prog",
+    #: "uretprobe").
+    retval: frozenset[str]
+    #: Hits say whether they ran in interrupt context (`Hit.in_interrupt`).
+    in_interrupt: bool
+    #: Hits carry the branches (or calls) that led to them, not only that they happened.
+    branches: bool
+    #: It takes an LBR branch filter (`FILTERS`).
+    filters: bool = False
+    #: Why a feature above is missing, for the one-line refusal: (feature, why) pairs,
+    #: e.g. ("live", "it decodes its hits when disarmed").
+    missing: tuple[tuple[str, str], ...] = ()
+
+    def why(self, feature: str) -> str:
+        """Why `feature` ("live", "children", ...) is missing ("" when nothing says)."""
+        return next((why for name, why in self.missing if name == feature), "")
+
+    def lacks(self, scope: Scope) -> list[str]:
+        """What of `scope` this backend cannot record ([] when it can)."""
+        return sorted(scope.needs - self.scopes)
+
+    def has_retval(self, target: Target) -> bool:
+        """Whether `target`'s hits carry a return value on this backend."""
+        kind = f"{target.kind} glob" if target.kind == "kfunc" and target.is_glob else target.kind
+        return kind in self.retval
+
+
 class Capture(Protocol):
-    """One armed capture. `start` arms, `stop` disarms and returns the whole trace,
-    `close` releases every kernel object (idempotent, also after a failed start)."""
+    """One capture, the same for every backend.
+
+    `start` arms; `poll` hands over the hits completed since the last poll
+    (while armed; only where the backend's `Capabilities.live`); `stop` disarms
+    and returns the whole trace (of a live capture: the hits not handed over
+    yet); `close` releases every kernel object (idempotent, also after a failed
+    start). `lost` and `notes` say, at any time, what the hits so far miss.
+    `trim` runs after the tracer has named the addresses of hits this capture
+    returned: it drops the backend's own records from their branches.
+    """
 
     def start(self) -> None: ...
 
+    def poll(self) -> list[Hit]: ...
+
     def stop(self) -> Trace: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def lost(self) -> int: ...
+
+    @property
+    def notes(self) -> list[str]: ...
+
+    def trim(self, hits: list[Hit]) -> None: ...
+
+
+class BackendDriver(Protocol):
+    """A backend as the registry in `pytest_lbr.capture` knows it.
+
+    The class says what the backend can do (`capabilities`) and probes whether it
+    works here (`probe`); an instance is one session's use of it, which keeps
+    what the backend sets up once between captures until `close()`.
+    """
+
+    #: The name users pick it by (`--lbr-backend=NAME`).
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    @classmethod
+    def probe(cls) -> Capability: ...
+
+    def open(
+        self,
+        targets: Sequence[Target],
+        *,
+        scope: Scope,
+        filter: str | None = None,
+        live: bool = False,
+    ) -> Capture: ...
 
     def close(self) -> None: ...

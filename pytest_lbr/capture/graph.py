@@ -41,11 +41,18 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from pytest_lbr.capture.base import Capability, CaptureError, Scope
+from pytest_lbr.capture.base import (
+    BackendDriver,
+    Capabilities,
+    Capability,
+    Capture,
+    CaptureError,
+    Scope,
+)
 from pytest_lbr.capture.graph_calls import (
     Frame,
     Mentions,
@@ -72,7 +79,14 @@ from pytest_lbr.targets import Target
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
 
-__all__ = ["GraphCapture", "GraphRecorder", "build_hits", "probe_graph"]
+__all__ = [
+    "GRAPH_CAPABILITIES",
+    "GraphBackend",
+    "GraphCapture",
+    "GraphRecorder",
+    "build_hits",
+    "probe_graph",
+]
 
 #: What trace_clock "mono" reads: its clocksource's read function, when traceable
 #: (read_hpet under TCG), is recorded with every record, nested anywhere; such
@@ -301,6 +315,60 @@ class GraphRecorder:
             self._finalizer()
 
 
+#: What the graph backend can do: every scope, streaming (`GraphCapture.poll()`),
+#: return values of single kernel functions (kretprobe), programs (fexit) and
+#: uretprobes (not of kfunc globs: a return event per function would cost a kprobe
+#: each), interrupt context; calls as branches, and no LBR branch filters.
+GRAPH_CAPABILITIES = Capabilities(
+    scopes=frozenset({"process", "children", "system", "pid", "cgroup"}),
+    live=True,
+    retval=frozenset({"kfunc", "prog", "uretprobe"}),
+    in_interrupt=True,
+    branches=True,
+    filters=False,
+)
+
+
+class GraphBackend:
+    """The graph backend for the registry (`pytest_lbr.capture.base.BackendDriver`):
+    one session's function tracer (`GraphRecorder`), set up at the first capture and
+    kept until `close()`."""
+
+    name: ClassVar[str] = "graph"
+    capabilities: ClassVar[Capabilities] = GRAPH_CAPABILITIES
+
+    def __init__(self) -> None:
+        self._recorder: GraphRecorder | None = None
+
+    @classmethod
+    def probe(cls) -> Capability:
+        """Whether the function tracer runs here (`probe_graph`)."""
+        return probe_graph()
+
+    def open(
+        self,
+        targets: Sequence[Target],
+        *,
+        scope: Scope,
+        filter: str | None = None,
+        live: bool = False,
+    ) -> GraphCapture:
+        """A not-yet-armed capture sharing the session's function tracer (`filter`,
+        an LBR branch filter, does not apply: the function tracer records calls)."""
+        if self._recorder is None:
+            self._recorder = GraphRecorder()
+        capture = GraphCapture(list(targets), self._recorder, scope=scope)
+        if live:
+            capture.live()
+        return capture
+
+    def close(self) -> None:
+        """Turn the session's function tracer off (idempotent)."""
+        recorder, self._recorder = self._recorder, None
+        if recorder is not None:
+            recorder.close()
+
+
 class GraphCapture:
     """A function-tracer capture of `targets` for the threads `scope` names
     (this process's by default).
@@ -453,6 +521,9 @@ class GraphCapture:
         finally:
             if self._own:
                 self._recorder.close()
+
+    def trim(self, hits: list[Hit]) -> None:
+        """Nothing to trim: the function tracer does not record its own calls."""
 
     # -- live ---------------------------------------------------------------------
 
@@ -1406,3 +1477,8 @@ def _retval(body: str) -> int | None:
             value = int(part[4:], 0)
             return value - (1 << 64) if value >= 1 << 63 else value
     return None
+
+
+if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols
+    _driver: type[BackendDriver] = GraphBackend
+    _capture: type[Capture] = GraphCapture

@@ -1,7 +1,8 @@
 """The hardware LBR backend: probe it, capture with it, decode its records.
 
 `probe_lbr()` says whether LBR tracing can work here and, if not, exactly why.
-`LbrCapture` opens one branch-stack perf event per CPU (so the CPU records),
+`LbrBackend` is the backend as the registry of `pytest_lbr.capture` knows it
+(what it can do: `LBR_CAPABILITIES`). `LbrCapture` opens one branch-stack perf event per CPU (so the CPU records),
 attaches the tracer at every target (`HookSet(snapshot=True)`), and turns each
 hit's perf_branch_entry records into `Branch`es between bare addresses, oldest
 first, the tracer's own newest records included: `pytest_lbr.tracer` names the
@@ -15,15 +16,26 @@ import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_lbr.capture.base import Capability, CaptureError, Scope, as_scope
+from pytest_lbr.capture.base import (
+    BackendDriver,
+    Capabilities,
+    Capability,
+    Capture,
+    CaptureError,
+    Scope,
+    as_scope,
+)
+from pytest_lbr.capture.trim import trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import Target
 
 __all__ = [
     "BRANCH_TYPE_KINDS",
     "BranchFlags",
+    "LBR_CAPABILITIES",
+    "LbrBackend",
     "LbrCapture",
     "branch_events_problem",
     "branch_kind",
@@ -213,6 +225,53 @@ def _snapshot_problem() -> str:
 
 # -- capture ------------------------------------------------------------------------
 
+#: What the LBR backend can do. Its hooks filter by one process id in the kernel
+#: (or none, "system"): no children or cgroup yet, and no interrupt-context flag.
+#: Its capture decodes the hook set's ring buffer at `stop()` only, so it does not
+#: stream yet.
+LBR_CAPABILITIES = Capabilities(
+    scopes=frozenset({"process", "system", "pid"}),
+    live=False,
+    retval=frozenset({"kfunc", "kfunc glob", "prog", "uretprobe"}),
+    in_interrupt=False,
+    branches=True,
+    filters=True,
+    missing=(
+        ("live", "it decodes its hits when disarmed"),
+        ("children", "its hooks filter by one process id, or none with scope='system'"),
+        ("cgroup", "its hooks filter by one process id, or none with scope='system'"),
+    ),
+)
+
+
+class LbrBackend:
+    """The LBR backend for the registry (`pytest_lbr.capture.base.BackendDriver`):
+    it keeps nothing set up between captures."""
+
+    name: ClassVar[str] = "lbr"
+    capabilities: ClassVar[Capabilities] = LBR_CAPABILITIES
+
+    @classmethod
+    def probe(cls) -> Capability:
+        """Whether LBR tracing works here (`probe_lbr`)."""
+        return probe_lbr()
+
+    def open(
+        self,
+        targets: Sequence[Target],
+        *,
+        scope: Scope,
+        filter: str | None = None,
+        live: bool = False,
+    ) -> LbrCapture:
+        """A not-yet-armed capture (`filter`: an LBR branch filter, "any" by default)."""
+        if live:
+            raise CaptureError(f"the lbr backend cannot stream yet: {LBR_CAPABILITIES.why('live')}")
+        return LbrCapture(list(targets), filter=filter or "any", scope=scope)
+
+    def close(self) -> None:
+        """Nothing to release: every capture releases its own objects."""
+
 
 class LbrCapture:
     """The `Capture` of the LBR backend (see `pytest_lbr.capture.Capture`)."""
@@ -229,16 +288,18 @@ class LbrCapture:
         self.targets = list(targets)
         self.filter = filter
         self.scope = as_scope(scope)
-        if self.scope.kind == "children" or self.scope.cgroup is not None:
-            # The tracer's hooks filter by one tgid in the kernel (or none).
+        lacks = LBR_CAPABILITIES.lacks(self.scope)
+        if lacks:
             raise CaptureError(
-                f"the lbr backend cannot trace {self.scope} yet (its hooks filter by one "
-                "process id, or none with scope='system'); use backend='graph'"
+                f"the lbr backend cannot trace {self.scope} yet "
+                f"({LBR_CAPABILITIES.why(lacks[0])}); use backend='graph'"
             )
         #: After `stop()`: a hit's target -> the symbol of the function it hooked
         #: (a kernel function, a BPF program's kallsyms name); none for a
         #: tracepoint or uprobe. Trimming keeps the branches up to its last one.
-        self.traced: dict[str, str] = {}
+        self._traced: dict[str, str] = {}
+        self._lost = 0
+        self._notes: list[str] = []
         #: check=False skips probe_lbr() and `open_events` replaces the branch
         #: events: lets a guest without a PMU run the whole path on real hooks.
         self._check = check
@@ -277,8 +338,9 @@ class LbrCapture:
         if not isinstance(hs, HookSet):
             raise CaptureError("LbrCapture.stop() without a successful start()")
         raw = hs.drain()
-        lost = hs.lost
+        lost = self._lost = hs.lost
         notes = list(hs.notes)
+        self._notes = list(notes)
         attached = list(hs.attached)
         self.close()
         trace = Trace(
@@ -303,7 +365,7 @@ class LbrCapture:
                 name = f"kfunc:{func}"
             traced = _traced_symbol(target, func, where.ksym if where else "")
             if traced:
-                self.traced[name] = traced
+                self._traced[name] = traced
             branches = decode_branches(h.entries)
             trace.hits.append(
                 Hit(
@@ -319,6 +381,32 @@ class LbrCapture:
                 )
             )
         return trace
+
+    def poll(self) -> list[Hit]:
+        """Not yet: the capture decodes its ring buffer at `stop()` only
+        (`LBR_CAPABILITIES.live` is False, so no caller asks)."""
+        raise CaptureError(f"the lbr backend cannot stream yet: {LBR_CAPABILITIES.why('live')}")
+
+    @property
+    def lost(self) -> int:
+        """Records the ring buffer dropped (so far while armed, all after `stop()`)."""
+        from pytest_lbr.capture.hooks import HookSet
+
+        hs = self._hooks
+        return hs.lost if isinstance(hs, HookSet) else self._lost
+
+    @property
+    def notes(self) -> list[str]:
+        """Why the hits may be incomplete (what the hook set could not attach)."""
+        from pytest_lbr.capture.hooks import HookSet
+
+        hs = self._hooks
+        return list(hs.notes) if isinstance(hs, HookSet) else list(self._notes)
+
+    def trim(self, hits: list[Hit]) -> None:
+        """Drop the tracer's own newest records from the named hits' branches: up to
+        the newest branch touching the function each hook traced."""
+        trim_tracer_hits(hits, self._traced)
 
     def close(self) -> None:
         """Release the tracer and the perf events (idempotent)."""
@@ -346,3 +434,8 @@ def _traced_symbol(target: Target | None, func: str | None, ksym: str) -> str | 
     if target.kind == "prog":
         return ksym or None
     return func
+
+
+if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols
+    _driver: type[BackendDriver] = LbrBackend
+    _capture: type[Capture] = LbrCapture

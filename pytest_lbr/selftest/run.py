@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_lbr.capture.lbr import probe_lbr
+from pytest_lbr.capture import probe
 from pytest_lbr.kernel.perf import BRANCH_FILTERS
 from pytest_lbr.model import Trace
 from pytest_lbr.selftest import facts as _facts
@@ -140,7 +140,7 @@ def run_selftest(
 
     facts = _facts.lbr_facts()
     with libbpf_messages():  # the probe's reason says it; libbpf's chatter would not
-        cap = probe_lbr()
+        cap = probe("lbr")
     bundle = Bundle(_environment(facts, cap.reason))
     if doctor is not None:
         bundle.doctor = [str(c) for c in doctor()]
