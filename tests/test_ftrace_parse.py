@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.graph import build_hits, descendants, probe_graph
+from pytest_lbr.capture.graph import probe_graph
 from pytest_lbr.capture.graph_calls import BPF_SYMBOL_RE, reconstruct
+from pytest_lbr.capture.graph_hits import build_hits, descendants
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel import tracefs

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture import Scope
-from pytest_lbr.capture import graph as graph_mod
-from pytest_lbr.capture.graph import GraphCapture, _Live, build_hits
+from pytest_lbr.capture import Scope, graph_live
+from pytest_lbr.capture.graph import GraphCapture
+from pytest_lbr.capture.graph_hits import build_hits
+from pytest_lbr.capture.graph_live import LiveState
 from pytest_lbr.capture.graph_text import parse_trace
 from pytest_lbr.model import Hit
 from pytest_lbr.targets import parse_target
@@ -82,7 +83,7 @@ def _capture(spec: str, pieces: list[str]) -> GraphCapture:
     ]
     if spec == "kfunc:vfs_write":
         capture._events, capture._returns = {0: "e0"}, {"e0": "vfs_write"}
-    capture._live = _Live()
+    capture._live = LiveState()
     capture._instance = FakeInstance(pieces)  # type: ignore[assignment]
     return capture
 
@@ -154,7 +155,7 @@ def test_a_glob_hit_comes_when_the_thread_moves_on_or_goes_quiet(
     assert capture.poll() == []  # no return event for a glob: still open
     moved_on = capture.poll()  # the second write started: the first is over
     assert len(moved_on) == 1 and moved_on[0].retval is None
-    monkeypatch.setattr(graph_mod, "LIVE_QUIET_S", 0.0)
+    monkeypatch.setattr(graph_live, "LIVE_QUIET_S", 0.0)
     quiet = capture.poll()
     assert len(quiet) == 1 and quiet[0].timestamp_ns > moved_on[0].timestamp_ns
     assert capture.stop().hits == []

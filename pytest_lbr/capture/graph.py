@@ -30,15 +30,17 @@ enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
   a return hit holds the return edge and `retval`. The function tracer follows
   only the test's own threads, so the kernel calls a traced child process makes
   are not in these hits.
+
+This module does the I/O: the session's instance (`GraphRecorder`), arming and
+reading it (`GraphCapture`). Cutting records into hits is pure and lives in
+`pytest_lbr.capture.graph_hits`; a live capture's bookkeeping between polls in
+`pytest_lbr.capture.graph_live`.
 """
 
 from __future__ import annotations
 
-import bisect
 import errno
-import fnmatch
 import os
-import re
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -53,13 +55,21 @@ from pytest_lbr.capture.base import (
     CaptureError,
     Scope,
 )
-from pytest_lbr.capture.graph_calls import (
-    Frame,
-    Mentions,
-    Step,
-    innermost,
-    innermost_call,
-    reconstruct,
+from pytest_lbr.capture.graph_hits import (
+    TRACE_CLOCK,
+    HitBuilder,
+    descendants,
+    glob_matcher,
+    program_matcher,
+    ran_in_interrupt,
+)
+from pytest_lbr.capture.graph_live import (
+    LIVE_BUFFER_KB,
+    LIVE_FINAL_S,
+    LIVE_MAX_PENDING,
+    LIVE_READ_LIMIT,
+    LiveState,
+    settle,
 )
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
@@ -71,27 +81,14 @@ from pytest_lbr.kernel.tracefs import (
     cleanup_stale_instances,
     find_tracefs,
 )
-from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location, Trace
-from pytest_lbr.noise import EXIT_HOOK_FRAMES, PROBE_HANDLERS
+from pytest_lbr.model import Hit, Trace
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
 
-__all__ = [
-    "GRAPH_CAPABILITIES",
-    "GraphBackend",
-    "GraphCapture",
-    "GraphRecorder",
-    "build_hits",
-    "probe_graph",
-]
-
-#: What trace_clock "mono" reads: its clocksource's read function, when traceable
-#: (read_hpet under TCG), is recorded with every record, nested anywhere; such
-#: records are ftrace's own. In a 6.1 guest they were 2,058 of a trace's 3,091.
-TRACE_CLOCK = "ktime_get_mono_fast_ns"
+__all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
 
 #: The read function of each clocksource the kernel may pick (names in
 #: /sys/devices/system/clocksource/*/current_clocksource): put in the instance's
@@ -108,41 +105,6 @@ CLOCK_READS = {
     "arch_sys_counter": "arch_counter_read",
 }
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-
-#: Interrupt entry and exit code that runs before the hardirq bit is set in
-#: preempt_count or after it is cleared: ftrace does not flag these records as
-#: irq, yet they are not the thread's work. Seen in the 6.1 and 6.12 guests:
-#: "irq_enter_rcu <-sysvec_apic_timer_interrupt", "handle_softirqs <-__irq_exit_rcu",
-#: "idle_cpu <-__irq_exit_rcu", "exit_to_user_mode_prepare <-irqentry_exit_to_user_mode".
-#: Kept, they nested into whatever the thread was doing: a timer interrupt in the
-#: middle of a BPF program run cut it into two hits, the second taking in the
-#: BPF_PROG_TEST_RUN machinery (6.1), or hid one of the program's calls under the
-#: interrupt in the golden trace (6.12). The softirq entry a thread takes itself
-#: (local_bh_enable -> do_softirq) is the same: arm64 runs it on the irq stack,
-#: "____do_softirq <-call_on_irq_stack" (arch/arm64/kernel/irq.c; arm64 6.1 guest),
-#: and a softirq pending in a traced connect put that edge in a golden trace.
-_IRQ_EDGE_PARENT = re.compile(
-    r"^(?:asm_|sysvec_|__sysvec_|common_interrupt$|__common_interrupt$|spurious_interrupt"
-    r"|irqentry_|__irq_exit_rcu$|irq_exit_rcu$|irq_enter_rcu$|call_on_irq_stack$)"
-)
-_IRQ_EDGE_FUNC = frozenset(
-    {
-        "irq_enter_rcu",
-        "irq_exit_rcu",
-        "__irq_exit_rcu",
-        "handle_softirqs",
-        "do_softirq",
-        "do_softirq_own_stack",
-        "____do_softirq",
-        "__do_softirq",
-    }
-)
-
-
-def _interrupt_edge(r: FunctionRecord) -> bool:
-    """A record of interrupt entry/exit code that ftrace's flags do not mark as irq."""
-    return r.func in _IRQ_EDGE_FUNC or bool(r.parent and _IRQ_EDGE_PARENT.match(r.parent))
-
 
 #: Per-CPU ring buffer size: a BPF test run under TCG is ~5,000 records of ~40 bytes.
 BUFFER_KB = 16384
@@ -181,28 +143,6 @@ def probe_graph() -> Capability:
 
 #: The event that names each new process or thread and its parent.
 FORK_EVENT = "sched/sched_process_fork"
-
-
-def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRecord]) -> set[int]:
-    """Every thread started by one of `tids` or by a thread so started, in time order.
-
-    Body: "comm=python pid=281 child_comm=python child_pid=300" (pid and
-    child_pid are thread ids).
-    """
-    family = set(tids)
-    found: set[int] = set()
-    for r in records:
-        if not isinstance(r, EventRecord) or r.name != "sched_process_fork":
-            continue
-        fields = dict(part.split("=", 1) for part in r.body.split() if "=" in part)
-        try:
-            parent, child = int(fields["pid"]), int(fields["child_pid"])
-        except (KeyError, ValueError):
-            continue
-        if parent in family:
-            family.add(child)
-            found.add(child)
-    return found
 
 
 def _probe_function(root: Path) -> str:
@@ -400,7 +340,7 @@ class GraphCapture:
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
         self._exits: HookSet | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
-        self._live: _Live | None = None  # set by live(): read with poll() while armed
+        self._live: LiveState | None = None  # set by live(): read with poll() while armed
         self.text = ""
 
     def live(self) -> None:
@@ -418,7 +358,7 @@ class GraphCapture:
                 "a live trace cannot record its own process (it would record its own "
                 "reading of the trace): trace another pid, a cgroup or the system"
             )
-        self._live = _Live()
+        self._live = LiveState()
 
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
@@ -489,20 +429,11 @@ class GraphCapture:
                 raws[:] = [
                     raw
                     for raw in raws
-                    if raw.tid in self._tids or (interrupts and _ran_in_interrupt(contexts, raw))
+                    if raw.tid in self._tids or (interrupts and ran_in_interrupt(contexts, raw))
                 ]
         if self._exits is not None and self._exits.lost:
             trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
-        trace.hits = build_hits(
-            self.targets,
-            self._matchers,
-            self._events,
-            self._returns,
-            kept,
-            self._user,
-            exits,
-            interrupts=interrupts,
-        )
+        trace.hits = self._builder().build(kept, exits)
         return trace
 
     def close(self) -> None:
@@ -549,7 +480,7 @@ class GraphCapture:
         if live is None or inst is None:
             raise CaptureError("graph capture: poll() needs live() and start()")
         self._take_live(live, inst)
-        return self._settle_live(live, final=False)
+        return settle(live, self._builder(), False, time.monotonic(), _clock_ns())
 
     @property
     def lost(self) -> int:
@@ -570,7 +501,7 @@ class GraphCapture:
             )
         return notes
 
-    def _stop_live(self, live: _Live, inst: Instance) -> Trace:
+    def _stop_live(self, live: LiveState, inst: Instance) -> Trace:
         """Disarm, read what is left (for `LIVE_FINAL_S` at most: the records still
         unread then count as lost) and hand over every hit not yet returned."""
         inst.disarm()
@@ -579,7 +510,7 @@ class GraphCapture:
             pass
         live.unread = inst.unread()
         trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
-        trace.hits = self._settle_live(live, final=True)
+        trace.hits = settle(live, self._builder(), True, time.monotonic(), _clock_ns())
         trace.lost = self.lost
         trace.notes = self.notes
         if trace.lost:
@@ -589,7 +520,7 @@ class GraphCapture:
         _end_live(inst)
         return trace
 
-    def _take_live(self, live: _Live, inst: Instance) -> bool:
+    def _take_live(self, live: LiveState, inst: Instance) -> bool:
         """Add what arrived to the contexts' records; whether anything did."""
         # fexit records first: a run's function records are in the pipe before its return.
         raws = self._exits.drain() if self._exits is not None else []
@@ -618,105 +549,22 @@ class GraphCapture:
         for raw in raws:
             if raw.pid == mine or raw.ts_ns <= self._window[0]:
                 continue
-            irq = self.scope.interrupts and _ran_in_interrupt(live.records, raw)
+            irq = self.scope.interrupts and ran_in_interrupt(live.records, raw)
             if self.scope.kind == "system" or raw.tid in self._tids or irq:
                 live.add_exit((raw.tid, irq), self._exit_targets[raw.target], raw, now)
         return True
 
-    def _settle_live(self, live: _Live, final: bool) -> list[Hit]:
-        """The complete hits of the contexts that changed (or went quiet); with
-        `final`, every hit. Drops the records they used."""
-        now, now_ns = time.monotonic(), _clock_ns()
-        out: list[Hit] = []
-        for context in list(live.records):
-            quiet = now - live.arrived[context] >= LIVE_QUIET_S
-            due = quiet and now - live.settled.get(context, 0.0) >= LIVE_QUIET_S
-            if not (final or context in live.dirty or due):
-                continue
-            records, exits = live.records[context], live.exits.get(context, {})
-            if final or len(records) > LIVE_MAX_PENDING:
-                hits, cut = self._build_live(records, exits), len(records)
-                live.cut_short += not final
-            else:
-                hits, cut = self._complete_hits(records, exits, quiet, now_ns)
-            out.extend(hits)
-            live.consume(context, cut, now)
-        out.sort(key=lambda h: h.timestamp_ns)
-        return out
-
-    def _build_live(
-        self, records: list[FunctionRecord | EventRecord], exits: dict[int, list[RawHit]]
-    ) -> list[Hit]:
-        return build_hits(
+    def _builder(self) -> HitBuilder:
+        """What cuts this capture's records into hits, as `_configure` set it up."""
+        return HitBuilder(
             self.targets,
             self._matchers,
             self._events,
             self._returns,
-            records,
             self._user,
-            {i: exits.get(i, []) for i in self._exit_targets},
+            self._exit_targets,
             interrupts=self.scope.interrupts,
         )
-
-    def _complete_hits(
-        self,
-        records: list[FunctionRecord | EventRecord],
-        exits: dict[int, list[RawHit]],
-        quiet: bool,
-        now_ns: int,
-    ) -> tuple[list[Hit], int]:
-        """One context's complete hits that its records up to a cut make alone, and
-        the cut: the index of the first record a hit not handed over may use (or a
-        tracepoint's next hit, as its calls)."""
-        hits = self._build_live(records, exits)
-        times = [r.ts_ns for r in records]
-        index = {t.spec: i for i, t in reversed(list(enumerate(self.targets)))}
-        last = {h.target: h for h in hits}  # each target's last hit
-        cut = len(records)
-        events: dict[int, list[int]] = {}  # an event target -> its events' indexes
-        for i, t in enumerate(self.targets):
-            if t.kind in ("tp", "uprobe", "uretprobe"):
-                at = [k for k, r in enumerate(records) if _live_event(t, self._events[i], r)]
-                events[i] = at
-                # Its next hit's calls: since its last event, LIVE_HOLD_NS back at most.
-                hold = bisect.bisect_left(times, now_ns - LIVE_HOLD_NS)
-                cut = min(cut, max(at[-1] + 1 if at else 0, hold))
-        start: list[int] = []  # per hit: the first record it may use
-        done: list[bool] = []  # per hit: complete
-        for h in hits:
-            i = index[h.target]
-            if i in events:
-                at = events[i]
-                k = bisect.bisect_left([times[e] for e in at], h.timestamp_ns)
-                start.append(at[k - 1] + 1 if k else 0)
-                done.append(True)
-                continue
-            start.append(bisect.bisect_left(times, h.timestamp_ns))
-            if (self.targets[i].kind == "kfunc" and i in self._events) or i in self._exit_targets:
-                done.append(h.retval is not None)  # at its return event / fexit record
-            else:
-                done.append(quiet or last[h.target] is not h)  # the thread moved on
-        cut = min([cut, *(s for s, d in zip(start, done, strict=True) if not d)])
-        while cut < len(records):
-            # Complete, and made by the records before the cut alone (not cut short
-            # there: the records after it are kept, and must not make it again).
-            upto = times[cut - 1] if cut else -1
-            alone = {
-                _hit_key(h)
-                for h in self._build_live(
-                    records[:cut],
-                    {i: [x for x in xs if x.ts_ns <= upto] for i, xs in exits.items()},
-                )
-            }
-            given = [
-                d and s < cut and _hit_key(h) in alone
-                for h, s, d in zip(hits, start, done, strict=True)
-            ]
-            kept = [s for s, g in zip(start, given, strict=True) if not g and s < cut]
-            if not kept:
-                return [h for h, g in zip(hits, given, strict=True) if g], cut
-            cut = min(kept)
-        return hits, cut
 
     def _keeps(self, end: int | None) -> Callable[[FunctionRecord | EventRecord], bool]:
         """Whether a record is the scope's work while armed (and before `end`)."""
@@ -752,7 +600,7 @@ class GraphCapture:
                     raise CaptureError(
                         f"{t.spec}: no traceable kernel function matches {pattern!r}"
                     )
-                self._matchers.append(_glob_matcher(pattern))
+                self._matchers.append(glob_matcher(pattern))
                 if not t.is_glob:
                     event = inst.add_probe("kprobe", f"r {pattern} ret=$retval")
                     self._returns[event.split("/")[1]] = pattern
@@ -761,7 +609,7 @@ class GraphCapture:
                 from pytest_lbr.capture.progs import resolve_program
 
                 with resolve_program(t) as ref:
-                    self._matchers.append(_program_matcher(ref.ksyms, _jited_ranges(ref.fd)))
+                    self._matchers.append(program_matcher(ref.ksyms, _jited_ranges(ref.fd)))
                 programs.append(i)
             elif t.kind == "tp":
                 assert t.tracepoint is not None
@@ -833,87 +681,6 @@ def _return_address() -> str:
     return "%x30" if os.uname().machine == "aarch64" else "+0(%sp)"
 
 
-#: Live captures (`GraphCapture.live()`): a thread quiet this long (seconds) has
-#: left its last hit of a glob, or of a program whose returns fexit cannot see.
-LIVE_QUIET_S = 1.0
-#: How far back (trace clock, ns) a live tracepoint or uprobe hit's calls reach.
-LIVE_HOLD_NS = 2_000_000_000
-#: Records one context may hold for unfinished hits; beyond, they are handed over
-#: as they stand (a hit whose return event was lost must not hold a thread forever).
-LIVE_MAX_PENDING = 200_000
-#: trace_pipe text read per poll at most (the rest waits for the next poll): a
-#: poll stays short, so a deadline or Ctrl-C is seen soon.
-LIVE_READ_LIMIT = 1 << 20
-#: Per-CPU ring buffer of a live capture, KiB: how far the reader may fall behind.
-#: Every function of every task ("system") is ~290,000 records a second in the
-#: 6.12 guest under TCG, parsed at ~13,000 a second: the reader cannot keep up
-#: there, and with the session's 16 MiB it would print hits minutes late.
-LIVE_BUFFER_KB = 2048
-#: How long `stop()` of a live capture reads what is left before counting the
-#: rest as lost (a stop must come soon after Ctrl-C, not after the backlog).
-LIVE_FINAL_S = 2.0
-
-#: A context of a live capture: (thread id, in interrupt context).
-Context = tuple[int, bool]
-
-
-class _Live:
-    """A live capture between polls: each context's records not yet cut into the
-    hits handed over, its fexit records, and when records last came."""
-
-    def __init__(self) -> None:
-        self.partial = ""  # text after the last whole line read
-        self.own: set[int] = set()  # this process's threads (never recorded)
-        self.records: dict[Context, list[FunctionRecord | EventRecord]] = {}
-        self.exits: dict[Context, dict[int, list[RawHit]]] = {}
-        self.arrived: dict[Context, float] = {}  # monotonic time records last came
-        self.settled: dict[Context, float] = {}  # when its hits were last looked at
-        self.dirty: set[Context] = set()  # new records since then
-        self.cut_short = 0
-        self.unread = 0  # records left in the buffer at stop
-
-    def add(self, context: Context, record: FunctionRecord | EventRecord, now: float) -> None:
-        self.records.setdefault(context, []).append(record)
-        self.arrived[context] = now
-        self.dirty.add(context)
-
-    def add_exit(self, context: Context, target: int, raw: RawHit, now: float) -> None:
-        self.exits.setdefault(context, {}).setdefault(target, []).append(raw)
-        self.records.setdefault(context, [])
-        self.arrived[context] = now
-        self.dirty.add(context)
-
-    def consume(self, context: Context, cut: int, now: float) -> None:
-        """Drop the context's records before index `cut` and the fexit records up to
-        the last of them (all of them, and the context, when nothing is left)."""
-        records = self.records[context]
-        self.dirty.discard(context)
-        self.settled[context] = now
-        if cut >= len(records):
-            for table in (self.records, self.exits, self.arrived, self.settled):
-                table.pop(context, None)
-            return
-        if cut:
-            upto = records[cut - 1].ts_ns
-            exits = self.exits.get(context, {})
-            for i, raws in exits.items():
-                exits[i] = [x for x in raws if x.ts_ns > upto]
-            self.records[context] = records[cut:]
-
-
-def _hit_key(hit: Hit) -> tuple[object, ...]:
-    """What tells a hit from the same hit cut short (the nesting of its calls may
-    differ with the records that follow, their number not)."""
-    return (hit.target, hit.tid, hit.in_interrupt, hit.timestamp_ns, hit.retval, len(hit.branches))
-
-
-def _live_event(target: Target, event: str, record: FunctionRecord | EventRecord) -> bool:
-    """Whether `record` is the event that makes a hit of tp/uprobe `target`."""
-    if not isinstance(record, EventRecord):
-        return False
-    return _is_event(record, event) if target.kind == "tp" else record.name == event
-
-
 def _end_live(inst: Instance) -> None:
     """Undo what a live capture set on the (session's) instance."""
     try:
@@ -921,22 +688,6 @@ def _end_live(inst: Instance) -> None:
         inst.write("buffer_size_kb", str(BUFFER_KB))
     except TracefsError:
         pass  # the instance is going away
-
-
-def _glob_matcher(pattern: str) -> Callable[[str, int], bool]:
-    return lambda name, addr: fnmatch.fnmatchcase(name, pattern)
-
-
-def _program_matcher(
-    ksyms: Iterable[str], ranges: list[tuple[int, int]]
-) -> Callable[[str, int], bool]:
-    """Whether a code location (symbol, address) is inside the program.
-
-    The program's kallsyms names (main program and subprograms: a subprogram has
-    its own tag) or, when ftrace printed no name, its JITed address ranges.
-    """
-    names = frozenset(ksyms)
-    return lambda name, addr: name in names or any(lo <= addr < hi for lo, hi in ranges)
 
 
 def _jited_ranges(fd: int) -> list[tuple[int, int]]:
@@ -948,535 +699,6 @@ def _jited_ranges(fd: int) -> list[tuple[int, int]]:
         return [(start, start + n) for start, n in program_details(fd).functions]
     except BpfError:
         return []  # the names still identify the program
-
-
-def build_hits(
-    targets: list[Target],
-    matchers: list[Callable[[str, int], bool]],
-    events: dict[int, str],
-    returns: dict[str, str],
-    records: Iterable[FunctionRecord | EventRecord],
-    user: dict[int, ElfFunctions] | None = None,
-    exits: dict[int, list[RawHit]] | None = None,
-    *,
-    interrupts: bool = False,
-) -> list[Hit]:
-    """Cut the kept records into hits, per thread, in time order.
-
-    `matchers[i]` says whether a code location (symbol, address) is target i:
-    a kfunc's function, or anywhere inside a BPF program;
-    `events[i]` names target i's event (a tracepoint, or the kretprobe carrying
-    a kfunc's return value, a uprobe's event); `returns` maps a kretprobe event
-    to its function; `user[i]` holds the symbols of uprobe target i's binary;
-    `exits[i]` holds the fexit records of program target i (its runs' returns).
-
-    Records made in interrupt context are dropped, or with `interrupts` kept
-    as a context of their own beside the interrupted thread's (a NAPI poll
-    running an XDP program on whatever task the softirq came in on): their
-    hits have `in_interrupt` set.
-
-    A hardirq that comes in on interrupt-context work (a timer tick in the
-    middle of an XDP program's run in a NAPI poll) is a context of its own
-    too: it is not that work's, as an interrupt is not the thread's. Kept with
-    it, its calls nested into the run and cut it into two hits, the second
-    taking in the rest of the poll. ftrace flags both kinds as irq alike; in
-    a thread's interrupt records, `irq_enter_rcu` opens such a hardirq (one
-    that interrupts a task is entered before the irq bit is set: its
-    `irq_enter_rcu` is among the task's records) and `irq_exit_rcu` closes it.
-    """
-    forever = 1 << 63
-    by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
-    nested: dict[int, list[FunctionRecord | EventRecord]] = {}  # hardirqs on interrupt work
-    spans: dict[int, list[list[int]]] = {}  # tid -> [start, end] of each such hardirq
-    for r in records:
-        irq = isinstance(r, FunctionRecord) and r.in_irq
-        if interrupts and isinstance(r, FunctionRecord) and irq:
-            open_span = spans.get(r.tid, [[0, 0]])[-1]
-            if r.func == "irq_enter_rcu":
-                if open_span[1] == forever:
-                    open_span[1] = r.ts_ns  # its exit was not recorded
-                spans.setdefault(r.tid, []).append([r.ts_ns, forever])
-            elif r.func in ("irq_exit_rcu", "__irq_exit_rcu") and open_span[1] == forever:
-                open_span[1] = r.ts_ns
-        if isinstance(r, FunctionRecord) and (
-            (irq and not interrupts) or r.parent == TRACE_CLOCK or _interrupt_edge(r)
-        ):
-            continue  # interrupts are not the thread's work, clock reads are ftrace's
-        if irq and spans.get(r.tid, [[0, 0]])[-1][1] == forever:
-            nested.setdefault(r.tid, []).append(r)
-            continue
-        by_context.setdefault((r.tid, irq), []).append(r)
-    exits = exits or {}
-    # (tid, in interrupt context, in a hardirq that came in on interrupt-context work)
-    contexts: dict[tuple[int, bool, bool], list[FunctionRecord | EventRecord]] = {
-        (tid, irq, False): recs for (tid, irq), recs in by_context.items()
-    }
-    contexts.update({(tid, True, True): recs for tid, recs in nested.items()})
-    exits_in: dict[tuple[int, bool, bool], dict[int, list[RawHit]]] = {}
-    for i, raws in exits.items():
-        for raw in raws:
-            irq = interrupts and _ran_in_interrupt(by_context, raw)
-            inner = irq and any(lo <= raw.ts_ns <= hi for lo, hi in spans.get(raw.tid, []))
-            context = (raw.tid, irq, inner)
-            contexts.setdefault(context, [])  # a run that called nothing has no records
-            exits_in.setdefault(context, {}).setdefault(i, []).append(raw)
-    hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
-    hits: list[Hit] = []
-    for (tid, irq, inner), recs in contexts.items():
-        recs = _without_exit_hooks(recs, hook_times)
-        steps = list(reconstruct(recs, returns))
-        mine = exits_in.get((tid, irq, inner), {})
-        found: list[Hit] = []
-        for i, target in enumerate(targets):
-            if target.kind == "tp":
-                found.extend(_event_hits(target, events[i], tid, steps))
-            elif target.kind in ("uprobe", "uretprobe"):
-                assert user is not None
-                found.extend(_user_hits(target, events[i], user[i], tid, steps))
-            elif target.kind == "prog":
-                runs = _program_runs(target, matchers[i], tid, recs)
-                if i in exits:
-                    runs = _with_returns(target, tid, runs, mine.get(i, []))
-                found.extend(runs)
-            else:
-                found.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
-        pid, comm = _task_of(tid, recs, [r for rs in mine.values() for r in rs])
-        for hit in found:
-            hit.pid, hit.comm, hit.in_interrupt = pid, comm, irq
-        hits.extend(found)
-    hits.sort(key=lambda h: h.timestamp_ns)
-    return hits
-
-
-def _ran_in_interrupt(
-    by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]], raw: RawHit
-) -> bool:
-    """Whether a program run whose fexit record is `raw` ran in interrupt context.
-
-    The hook cannot tell; the function tracer can: the thread's last record
-    before the return is the program's last call, or what ran just before it.
-    """
-
-    def last_before(records: list[FunctionRecord | EventRecord]) -> int:
-        # Records are in time order: a search, not a list of their times per call
-        # (called once per fexit record: a repeated test run has thousands).
-        k = bisect.bisect_right(records, raw.ts_ns, key=lambda r: r.ts_ns)
-        return records[k - 1].ts_ns if k else -1
-
-    irq = last_before(by_context.get((raw.tid, True), []))
-    return irq >= 0 and irq >= last_before(by_context.get((raw.tid, False), []))
-
-
-def _task_of(
-    tid: int, records: list[FunctionRecord | EventRecord], exits: list[RawHit]
-) -> tuple[int, str]:
-    """The process id and command name of thread `tid`, from its records (ftrace's
-    record-tgid), its fexit records, or /proc while it still runs."""
-    pid = next((r.tgid for r in records if r.tgid), 0) or next((r.pid for r in exits), 0)
-    comm = next((r.comm for r in records if r.comm), "")
-    if not pid:
-        try:
-            with open(f"/proc/{tid}/status") as f:
-                pid = next((int(line.split()[1]) for line in f if line.startswith("Tgid:")), 0)
-        except (OSError, ValueError):
-            pid = 0
-    return pid, comm
-
-
-def _without_exit_hooks(
-    records: list[FunctionRecord | EventRecord], hook_times: Iterable[int]
-) -> list[FunctionRecord | EventRecord]:
-    """One thread's function records without those of our fexit hooks (`EXIT_HOOK_FRAMES`).
-
-    The trampoline's helpers are notrace: only what they call names them, as the
-    parent. A hook runs from the first record called by `__bpf_prog_enter*` to
-    the last one called by the next `__bpf_prog_exit*` (and what those called);
-    it is ours when one of `hook_times` (when our fexit program ran: its records'
-    bpf_ktime_get_ns) falls in between, so a user's fentry/fexit program stays.
-    Records called by `__bpf_tramp_enter`/`exit` (and their callees) are dropped
-    wherever they are. Cut by time, not by name: the tracer program's kallsyms
-    name may be the traced program's, and some of what it calls is notrace
-    (bpf_ringbuf_commit), so its callees name a parent never entered.
-    """
-    times = sorted(hook_times)
-    funcs = [r if isinstance(r, FunctionRecord) else None for r in records]
-    drop = [False] * len(records)
-
-    def called_by(r: FunctionRecord | None, key: str) -> bool:
-        return r is not None and fnmatch.fnmatchcase(r.parent or "", EXIT_HOOK_FRAMES[key])
-
-    def drop_calls(start: int, key: str) -> int:
-        """Drop the records from `start` on called by `key` or by what they entered."""
-        entered: set[str] = set()
-        i = start
-        while i < len(records):
-            r = funcs[i]
-            if r is not None:
-                if not (called_by(r, key) or r.parent in entered):
-                    break
-                entered.add(r.func)
-                drop[i] = True
-            i += 1
-        return i
-
-    i = 0
-    while i < len(records):
-        r = funcs[i]
-        if called_by(r, "trampoline"):
-            i = drop_calls(i, "trampoline")
-            continue
-        if r is not None and called_by(r, "enter"):
-            end = next((j for j in range(i + 1, len(records)) if called_by(funcs[j], "exit")), None)
-            if end is not None and _any_between(times, r.ts_ns, records[end].ts_ns):
-                for j in range(i, end):
-                    drop[j] = funcs[j] is not None
-                i = drop_calls(end, "exit")
-                continue
-        i += 1
-    return [r for r, gone in zip(records, drop, strict=True) if not gone]
-
-
-def _any_between(times: list[int], lo: int, hi: int) -> bool:
-    k = bisect.bisect_left(times, lo)
-    return k < len(times) and times[k] <= hi
-
-
-def _with_returns(target: Target, tid: int, runs: list[Hit], exits: list[RawHit]) -> list[Hit]:
-    """Give each run its return value: a run ends at its fexit record.
-
-    A fexit record with no run before it is a run that called nothing: a hit
-    with no branches. A run with no fexit record after it (lost) keeps None.
-    """
-    pending = sorted(runs, key=lambda h: h.timestamp_ns)
-    out: list[Hit] = []
-    for raw in sorted(exits, key=lambda r: r.ts_ns):
-        if pending and pending[0].timestamp_ns <= raw.ts_ns:
-            hit = pending.pop(0)
-        else:
-            hit = Hit(target.spec, cpu=raw.cpu, pid=os.getpid(), tid=tid, timestamp_ns=raw.ts_ns)
-        hit.retval = raw.retval
-        out.append(hit)
-    return out + pending
-
-
-def _frame_hits(
-    target: Target,
-    match: Callable[[str, int], bool],
-    ret_event: str | None,
-    tid: int,
-    steps: list[Step],
-) -> list[Hit]:
-    """One hit per outermost frame of a matching function, with everything under it."""
-    if ret_event is not None:
-        return _hits_until_return(target, match, ret_event, tid, steps)
-    hits: list[Hit] = []
-    hit: Hit | None = None
-    depth = 0
-    for step in steps:
-        if hit is None:
-            frame = step.frame
-            if step.kind == "call" and frame is not None and match(frame.func, frame.addr):
-                if any(match(f.func, f.addr) for f in step.stack[:-1]):
-                    continue
-                rec = step.record
-                hit = Hit(target.spec, pid=os.getpid(), tid=tid)
-                hit.cpu, hit.timestamp_ns = (rec.cpu, rec.ts_ns) if rec else _when(steps, step)
-                depth = len(step.stack)
-                _append(hit, step)
-            continue
-        if step.kind == "event":
-            rec = step.record
-            # Our frame's return only if no nested call of the function is above it.
-            if (
-                isinstance(rec, EventRecord)
-                and rec.name == ret_event
-                and not any(match(f.func, f.addr) for f in step.stack[depth:])
-            ):
-                hit.retval = _retval(rec.body)
-            continue
-        _append(hit, step)
-        if step.kind == "ret" and len(step.stack) == depth:
-            hits.append(hit)
-            hit = None
-    if hit is not None:
-        hits.append(hit)
-    return hits
-
-
-def _hits_until_return(
-    target: Target,
-    match: Callable[[str, int], bool],
-    ret_event: str,
-    tid: int,
-    steps: list[Step],
-) -> list[Hit]:
-    """With a kretprobe on the function, a hit runs from its call to its return event.
-
-    Every record of the thread in between is the function's own work, however the
-    call-only records nest: a frame popped early because some caller was never
-    recorded must not cut one call into several hits (seen with tcp_v4_connect).
-    The returns that follow the event still belong to the hit.
-    """
-    hits: list[Hit] = []
-    hit: Hit | None = None
-    open_calls = 0
-    returning = False
-    depth = 0  # of the hit's frame
-    for step in steps:
-        frame = step.frame
-        recorded_call = (
-            step.kind == "call"
-            and frame is not None
-            and step.record is not None
-            and match(frame.func, frame.addr)
-        )
-        if hit is None:
-            # The returns from the hit's frame and the frames above it, which its
-            # return event pops; not those of its callers (the next record's).
-            if returning and step.kind == "ret" and hits and len(step.stack) >= depth:
-                _append(hits[-1], step)
-                continue
-            returning = False
-            if recorded_call:
-                rec = step.record
-                assert rec is not None
-                hit = Hit(
-                    target.spec, pid=os.getpid(), tid=tid, cpu=rec.cpu, timestamp_ns=rec.ts_ns
-                )
-                open_calls, depth = 1, len(step.stack)
-                _append(hit, step)
-            continue
-        if step.kind == "event":
-            rec = step.record
-            if isinstance(rec, EventRecord) and rec.name == ret_event:
-                open_calls -= 1
-                if open_calls == 0:
-                    hit.retval = _retval(rec.body)
-                    hits.append(hit)
-                    hit, returning = None, True
-            continue
-        if recorded_call:
-            open_calls += 1  # a real nested (recursive) call
-        _append(hit, step)
-    if hit is not None:
-        hits.append(hit)
-    return hits
-
-
-def _program_runs(
-    target: Target,
-    in_program: Callable[[str, int], bool],
-    tid: int,
-    records: list[FunctionRecord | EventRecord],
-) -> list[Hit]:
-    """One hit per run of a BPF program: the calls it made and what they called.
-
-    A JITed program has no ftrace entry, so a run shows only as records whose
-    parent (the call site) is inside the program or one of its subprograms.
-    Two stacks are kept: `outer` for the thread's own calls outside any run (the
-    BPF_PROG_TEST_RUN machinery, the syscall), `inner` for the calls of the
-    current run and everything nested under them. A record whose parent is the
-    program returns from everything `inner` holds, then is a call of the run
-    (starting one if none is open). A record whose parent is on `outer` and not
-    on `inner` is the machinery again: the run is over (this is what separates
-    the runs of one BPF_PROG_TEST_RUN with repeat > 1, and two test runs).
-    """
-    hits: list[Hit] = []
-    hit: Hit | None = None
-    outer: list[str] = []
-    inner: list[Frame] = []
-
-    def pop_to(depth: int) -> None:
-        assert hit is not None
-        while len(inner) > depth:
-            _append(hit, Step("ret", inner[-1], list(inner)))
-            inner.pop()
-
-    def close() -> None:
-        nonlocal hit
-        assert hit is not None
-        pop_to(0)
-        hits.append(hit)
-        hit = None
-
-    mentions = Mentions(records, {})
-    for index, rec in enumerate(records):
-        if not isinstance(rec, FunctionRecord):
-            continue
-        parent = rec.parent or ""
-        if in_program(parent, rec.parent_addr):
-            if hit is None:
-                hit = Hit(target.spec, cpu=rec.cpu, pid=os.getpid(), tid=tid)
-                hit.timestamp_ns = rec.ts_ns
-            # The program called again: its previous call has returned.
-            pop_to(0)
-        elif hit is not None:
-            depth = innermost_call(inner, parent)
-            if depth is not None:
-                pop_to(depth + 1)
-            elif parent in outer:
-                close()
-            else:
-                # A parent never recorded (notrace, e.g. an out-of-line `inline`
-                # function): an unseen caller, under the innermost call known to
-                # be still running (or the program itself), not under the top.
-                running = mentions.innermost_running(inner, index)
-                pop_to(0 if running is None else running + 1)
-                inner.append(Frame(parent, rec.parent_addr - rec.parent_off))
-                _append(hit, Step("call", inner[-1], list(inner)))
-        if hit is None:
-            depth = innermost(outer, parent.__eq__)
-            if depth is not None:
-                del outer[depth + 1 :]  # the innermost frame of that name
-            elif parent:
-                outer.append(parent)
-            outer.append(rec.func)
-            continue
-        inner.append(Frame(rec.func, rec.func_addr, rec))
-        _append(hit, Step("call", inner[-1], list(inner)))
-    if hit is not None:
-        close()
-    return hits
-
-
-def _event_hits(target: Target, event: str, tid: int, steps: list[Step]) -> list[Hit]:
-    """One hit per event line, with the thread's branches since the previous one."""
-    hits: list[Hit] = []
-    pending = Hit(target.spec, pid=os.getpid(), tid=tid)
-    for step in steps:
-        rec = step.record
-        if step.kind == "event" and isinstance(rec, EventRecord) and _is_event(rec, event):
-            pending.cpu, pending.timestamp_ns = rec.cpu, rec.ts_ns
-            hits.append(pending)
-            pending = Hit(target.spec, pid=os.getpid(), tid=tid)
-        elif step.kind != "event":
-            _append(pending, step)
-    return hits
-
-
-def _user_hits(
-    target: Target,
-    event: str,
-    elf: ElfFunctions,
-    tid: int,
-    steps: list[Step],
-) -> list[Hit]:
-    """One hit per uprobe/uretprobe event line of this thread.
-
-    A hit holds the thread's kernel calls since its previous hit of this target
-    (or since the trace was armed, or the thread started), then the user-level
-    edge: the call into the function (entry) or the return to the caller.
-    Entry body: "(0xIP) caller=0xRET"; return body: "(0xFUNC <- 0xRET) ret=0xV".
-    Run-time addresses are mapped back into the file with the function's own
-    address (known from the symbol table), which gives the caller's name.
-    """
-    assert target.function is not None
-    func_vaddr = elf.address(target.function)
-    hits: list[Hit] = []
-    kernel = Hit(target.spec)  # the kernel calls since the previous hit
-    for step in steps:
-        rec = step.record
-        if step.kind != "event":
-            _append(kernel, step)
-            continue
-        if not isinstance(rec, EventRecord) or rec.name != event:
-            continue
-        addrs = _hex_fields(rec.body)
-        if not addrs:
-            continue
-        entry = addrs[0]
-        site = addrs[1] if len(addrs) > 1 else None
-        bias = entry - func_vaddr
-        hit = Hit(target.spec, cpu=rec.cpu, pid=tid, tid=tid, timestamp_ns=rec.ts_ns)
-        hit.branches, hit.raw_branches = kernel.branches, kernel.raw_branches
-        kernel = Hit(target.spec)
-        func = Location(entry, target.function, 0, module=elf.path.name)
-        if site is not None:
-            found = elf.locate(site - bias)
-            caller = Location(
-                site,
-                found[0] if found else None,
-                found[1] if found else 0,
-                module=elf.path.name,
-            )
-            if target.kind == "uprobe":
-                branch = Branch(caller, func, "call")
-            else:
-                branch = Branch(func, caller, "ret")
-            hit.branches.append(branch)
-            hit.raw_branches.append(branch)
-        if target.kind == "uretprobe":
-            hit.retval = _retval(rec.body)
-        hits.append(hit)
-    return hits
-
-
-def _hex_fields(body: str) -> list[int]:
-    """The probe address and the call site: "(0xA)", "(0xA <- 0xB)", "caller=0xB"."""
-    out: list[int] = []
-    for part in body.replace("(", " ").replace(")", " ").split():
-        value = part.split("=", 1)[1] if part.startswith("caller=") else part
-        if value.startswith("0x"):
-            try:
-                out.append(int(value, 16))
-            except ValueError:
-                continue
-    return out
-
-
-def _is_event(rec: EventRecord, event: str) -> bool:
-    if rec.name == event:
-        return True
-    # Syscall events print "sys_NAME(args)" / "sys_NAME -> ret", not their event name.
-    for prefix in ("sys_enter_", "sys_exit_"):
-        if event.startswith(prefix):
-            call = "sys_" + event[len(prefix) :]
-            want = "(" if prefix == "sys_enter_" else " -> "
-            return rec.body.startswith(call + want)
-    return False
-
-
-def _when(steps: list[Step], step: Step) -> tuple[int, int]:
-    """cpu and time of the first record at or after `step` (an unseen frame has none)."""
-    for s in steps[steps.index(step) :]:
-        if isinstance(s.record, FunctionRecord):
-            return s.record.cpu, s.record.ts_ns
-    return 0, 0
-
-
-def _append(hit: Hit, step: Step) -> None:
-    frame = step.frame
-    if frame is None:
-        return
-    call = frame.call
-    entry = Location(frame.addr, frame.func, 0)
-    if call is None:
-        # Entered unseen: an explicit frame whose caller is unknown.
-        branch = (
-            Branch(UNSEEN_CALLER, entry, "unseen")
-            if step.kind == "call"
-            else Branch(entry, UNSEEN_CALLER, "ret")
-        )
-    elif step.kind == "call":
-        site = Location(call.parent_addr, call.parent, call.parent_off)
-        branch = Branch(site, entry, "call")
-    else:
-        # Function tracing does not see the ret instruction: the return is shown
-        # from the function (+0x0) back to its call site.
-        site = Location(call.parent_addr, call.parent, call.parent_off)
-        branch = Branch(entry, site, "ret")
-    hit.raw_branches.append(branch)
-    if not any(f.func in PROBE_HANDLERS for f in step.stack):
-        hit.branches.append(branch)
-
-
-def _retval(body: str) -> int | None:
-    # kretprobe event body: "(vfs_write+0x0/0x3f0 <- ksys_write+0x6a/0xe0) ret=0x1"
-    for part in body.split():
-        if part.startswith("ret="):
-            value = int(part[4:], 0)
-            return value - (1 << 64) if value >= 1 << 63 else value
-    return None
 
 
 if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols
