@@ -27,7 +27,6 @@ import argparse
 import errno
 import json
 import os
-import platform
 import signal
 import sys
 import time
@@ -295,11 +294,13 @@ def _root() -> DoctorCheck:
 
 
 def _btf() -> DoctorCheck:
-    path = "/sys/kernel/btf/vmlinux"
-    if os.path.exists(path):
-        return DoctorCheck("BTF", True, f"{path} ({os.path.getsize(path)} bytes)")
+    from pytest_lbr.kernel.machine import BTF_PATH, machine
+
+    size = machine().btf_size
+    if size is not None:
+        return DoctorCheck("BTF", True, f"{BTF_PATH} ({size} bytes)")
     return DoctorCheck(
-        "BTF", False, f"no {path}", "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+        "BTF", False, f"no {BTF_PATH}", "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"
     )
 
 
@@ -371,9 +372,10 @@ def _pmu() -> DoctorCheck:
 
 def _lbr() -> DoctorCheck:
     from pytest_lbr.capture import probe
+    from pytest_lbr.kernel.machine import machine
 
-    caps = Path("/sys/bus/event_source/devices/cpu/caps/branches")
-    depth = caps.read_text().strip() if caps.exists() else None
+    here = machine()
+    depth = here.lbr_caps
     cap = probe("lbr")
     detail = f"depth {depth}" if depth else "no LBR depth (no cpu/caps/branches)"
     if cap.available:
@@ -381,8 +383,8 @@ def _lbr() -> DoctorCheck:
     fix = (
         "LBR needs an Intel CPU with legacy LBR (or AMD LBRv2) on bare metal or KVM with "
         "lbr-fmt passthrough; elsewhere use --lbr-backend=graph"
-        if platform.machine() == "x86_64"
-        else f"no {platform.machine()} kernel gives bpf_get_branch_snapshot() branch records "
+        if here.name == "x86_64"
+        else f"no {here.name} kernel gives bpf_get_branch_snapshot() branch records "
         "yet: the graph backend (--lbr-backend=graph, what auto picks) traces here"
     )
     return DoctorCheck("LBR", False, f"{detail}; {cap.reason}", fix)

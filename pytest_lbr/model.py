@@ -9,6 +9,7 @@ symbolized `Location`s.
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -166,7 +167,10 @@ class Trace:
     #: Records the kernel could not deliver (ring buffer full, perf loss).
     lost: int = 0
     kernel_release: str = ""
-    arch: str = "x86_64"
+    #: The machine's architecture as `uname -m` names it ("x86_64", "aarch64"): the
+    #: backends set it from `pytest_lbr.kernel.machine`; a Trace built by hand is
+    #: of the machine it is built on.
+    arch: str = field(default_factory=lambda: os.uname().machine)
     #: Why the trace may be incomplete, beyond `lost` (e.g. "LBR: snapshot -ENOENT").
     notes: list[str] = field(default_factory=list)
     #: The backend's records as read (graph: the tracefs instance's text), for

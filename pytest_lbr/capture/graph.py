@@ -74,6 +74,7 @@ from pytest_lbr.capture.graph_live import (
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
+from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.tracefs import (
     TRACEFS_NOT_MOUNTED,
     Instance,
@@ -408,7 +409,7 @@ class GraphCapture:
             self._tids |= descendants(self._tids, records)
         if self.scope.cgroup is not None:
             self._tids |= self.scope.tids()  # moved in while the trace was armed
-        trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
+        trace = _trace()
         trace.capture_text = self.text
         trace.lost = inst.lost()
         trace.notes = list(self._notes)
@@ -509,7 +510,7 @@ class GraphCapture:
         while time.monotonic() < until and self._take_live(live, inst):
             pass
         live.unread = inst.unread()
-        trace = Trace(backend="graph", kernel_release=os.uname().release, arch=os.uname().machine)
+        trace = _trace()
         trace.hits = settle(live, self._builder(), True, time.monotonic(), _clock_ns())
         trace.lost = self.lost
         trace.notes = self.notes
@@ -675,10 +676,21 @@ class GraphCapture:
 
 
 def _return_address() -> str:
-    """A uprobe fetch argument for the return address at a function's first instruction:
-    on the stack where `call` pushes it (x86-64), in the link register where `bl` puts
-    it (arm64, register x30)."""
-    return "%x30" if os.uname().machine == "aarch64" else "+0(%sp)"
+    """A uprobe fetch argument for the return address at a function's first instruction
+    (`Architecture.uprobe_return_address`)."""
+    arch = machine().arch
+    if arch is None:
+        raise CaptureError(
+            f"uprobe: where a function's return address is on {machine().name} is unknown "
+            "(pytest_lbr.kernel.arch.ARCHITECTURES has no row for it)"
+        )
+    return arch.uprobe_return_address
+
+
+def _trace() -> Trace:
+    """An empty graph-backend trace of this machine."""
+    here = machine()
+    return Trace(backend="graph", kernel_release=here.release, arch=here.name)
 
 
 def _end_live(inst: Instance) -> None:

@@ -27,7 +27,10 @@ from pytest_lbr.capture.base import (
     Scope,
     as_scope,
 )
+from pytest_lbr.capture.records import RawHit
 from pytest_lbr.capture.trim import trim_tracer_hits
+from pytest_lbr.kernel.machine import BTF_PATH, Machine
+from pytest_lbr.kernel.machine import machine as running_machine
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import Target
 
@@ -41,6 +44,7 @@ __all__ = [
     "branch_kind",
     "decode_branches",
     "decode_flags",
+    "decode_trace",
     "probe_lbr",
 ]
 
@@ -165,8 +169,8 @@ def _probe() -> str:
 
     if not _has_caps():
         return "not root and missing CAP_BPF+CAP_PERFMON"
-    if not os.path.exists("/sys/kernel/btf/vmlinux"):
-        return "no kernel BTF at /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF)"
+    if not running_machine().btf:
+        return f"no kernel BTF at {BTF_PATH} (CONFIG_DEBUG_INFO_BTF)"
     try:
         tracer_object()
     except FileNotFoundError as exc:
@@ -284,8 +288,11 @@ class LbrCapture:
         check: bool = True,
         open_events: Callable[[str], Any] | None = None,
         scope: Scope | str | None = None,
+        machine: Machine | None = None,
     ) -> None:
         self.targets = list(targets)
+        #: Whose facts the trace carries (`Trace.arch`, the kernel release).
+        self._machine = machine or running_machine()
         self.filter = filter
         self.scope = as_scope(scope)
         lacks = LBR_CAPABILITIES.lacks(self.scope)
@@ -339,47 +346,12 @@ class LbrCapture:
             raise CaptureError("LbrCapture.stop() without a successful start()")
         raw = hs.drain()
         lost = self._lost = hs.lost
-        notes = list(hs.notes)
-        self._notes = list(notes)
+        self._notes = list(hs.notes)
         attached = list(hs.attached)
         self.close()
-        trace = Trace(
-            targets=[t.spec for t in self.targets],
-            backend="lbr",
-            lost=lost,
-            kernel_release=os.uname().release,
-            notes=notes,
+        trace, self._traced = decode_trace(
+            self.targets, raw, attached, self._machine, lost=lost, notes=self._notes
         )
-        failed = [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
-        if failed:
-            trace.notes.append(f"LBR: snapshot failed on {len(failed)} hits ({failed[0]})")
-        comms: dict[int, str] = {}
-        for h in raw:
-            where = attached[h.target] if h.target < len(attached) else None
-            func = (
-                where.functions[h.function] if where and h.function < len(where.functions) else None
-            )
-            target = self.targets[h.target] if h.target < len(self.targets) else None
-            name = target.spec if target else f"#{h.target}"
-            if target is not None and target.is_glob and func:
-                name = f"kfunc:{func}"
-            traced = _traced_symbol(target, func, where.ksym if where else "")
-            if traced:
-                self._traced[name] = traced
-            branches = decode_branches(h.entries)
-            trace.hits.append(
-                Hit(
-                    target=name,
-                    cpu=h.cpu,
-                    pid=h.pid,
-                    tid=h.tid,
-                    retval=h.retval,
-                    branches=list(branches),
-                    raw_branches=branches,
-                    timestamp_ns=h.ts_ns,
-                    comm=comms.setdefault(h.tid, _comm(h.tid)),
-                )
-            )
         return trace
 
     def poll(self) -> list[Hit]:
@@ -415,6 +387,62 @@ class LbrCapture:
             setattr(self, attr, None)
             if obj is not None:
                 obj.close()  # type: ignore[attr-defined]
+
+
+def decode_trace(
+    targets: Sequence[Target],
+    raw: Sequence[RawHit],
+    attached: Sequence[Any],
+    machine: Machine,
+    *,
+    lost: int = 0,
+    notes: Sequence[str] = (),
+) -> tuple[Trace, dict[str, str]]:
+    """The tracer's records as a `Trace` of `machine` (its arch and release), and the
+    symbol each hit target's hook traced (what `LbrCapture.trim` keeps branches up to).
+
+    `attached[i]` is what target i resolved to (`HookSet.attached`: its functions,
+    a program's kallsyms name). Branches are between bare addresses, the tracer's
+    own included (`branches` and `raw_branches` alike).
+    """
+    trace = Trace(
+        targets=[t.spec for t in targets],
+        backend="lbr",
+        lost=lost,
+        kernel_release=machine.release,
+        arch=machine.name,
+        notes=list(notes),
+    )
+    traced_by: dict[str, str] = {}
+    failed = [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
+    if failed:
+        trace.notes.append(f"LBR: snapshot failed on {len(failed)} hits ({failed[0]})")
+    comms: dict[int, str] = {}
+    for h in raw:
+        where = attached[h.target] if h.target < len(attached) else None
+        func = where.functions[h.function] if where and h.function < len(where.functions) else None
+        target = targets[h.target] if h.target < len(targets) else None
+        name = target.spec if target else f"#{h.target}"
+        if target is not None and target.is_glob and func:
+            name = f"kfunc:{func}"
+        traced = _traced_symbol(target, func, where.ksym if where else "")
+        if traced:
+            traced_by[name] = traced
+        branches = decode_branches(h.entries)
+        trace.hits.append(
+            Hit(
+                target=name,
+                cpu=h.cpu,
+                pid=h.pid,
+                tid=h.tid,
+                retval=h.retval,
+                branches=list(branches),
+                raw_branches=branches,
+                timestamp_ns=h.ts_ns,
+                comm=comms.setdefault(h.tid, _comm(h.tid)),
+            )
+        )
+    return trace, traced_by
 
 
 def _comm(tid: int) -> str:

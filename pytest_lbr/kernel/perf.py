@@ -14,6 +14,9 @@ import os
 from ctypes import Structure, c_int32, c_uint16, c_uint32, c_uint64
 from types import TracebackType
 
+from pytest_lbr.kernel.arch import ARCHITECTURES
+from pytest_lbr.kernel.machine import libc, machine
+
 __all__ = [
     "BRANCH_FILTERS",
     "PERF_FLAG_FD_CLOEXEC",
@@ -42,9 +45,8 @@ PERF_SAMPLE_BRANCH_KERNEL = 1 << 1
 #: Ask the kernel to fill perf_branch_entry.type (Linux commit eb0baf8a0d92, v4.14).
 PERF_SAMPLE_BRANCH_TYPE_SAVE = 1 << 16
 PERF_FLAG_FD_CLOEXEC = 1 << 3
-#: perf_event_open's number per `uname -m` (arch/x86/entry/syscalls/syscall_64.tbl;
-#: arm64 and riscv64 take the generic table, include/uapi/asm-generic/unistd.h).
-PERF_EVENT_OPEN_NR = {"x86_64": 298, "aarch64": 241, "riscv64": 241}
+#: perf_event_open's number per `uname -m`: a view of `ARCHITECTURES`.
+PERF_EVENT_OPEN_NR = {a.name: a.perf_event_open_nr for a in ARCHITECTURES}
 
 #: --lbr-filter value -> branch_sample_type bits (besides KERNEL and TYPE_SAVE).
 BRANCH_FILTERS = {
@@ -89,17 +91,17 @@ class perf_event_attr(Structure):  # noqa: N801 -- uapi name
     ]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
+_syscall = libc().syscall
 _syscall.restype = ctypes.c_long
 
 
 def perf_event_open(attr: perf_event_attr, pid: int, cpu: int, group_fd: int = -1) -> int:
     """perf_event_open(2) with FD_CLOEXEC; raises OSError with the errno (ENOSYS
     on a machine whose syscall number `PERF_EVENT_OPEN_NR` does not know)."""
-    number = PERF_EVENT_OPEN_NR.get(os.uname().machine)
-    if number is None:
-        raise OSError(errno.ENOSYS, f"perf_event_open: no syscall number for {os.uname().machine}")
+    here = machine()
+    if here.arch is None:
+        raise OSError(errno.ENOSYS, f"perf_event_open: no syscall number for {here.name}")
+    number = here.arch.perf_event_open_nr
     fd = _syscall(
         ctypes.c_long(number),
         ctypes.byref(attr),

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator
 from ctypes import c_char_p, c_int, c_ulong, c_void_p
 from pathlib import Path
 
+from pytest_lbr.kernel.machine import libc
+
 __all__ = [
     "INSTANCE_PREFIX",
     "Instance",
@@ -77,10 +79,10 @@ def mount_tracefs() -> Path:
             f"cannot mount tracefs: {target} does not exist (a kernel without "
             "CONFIG_TRACING, or no /sys mounted)",
         )
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [c_char_p, c_char_p, c_char_p, c_ulong, c_void_p]
-    libc.mount.restype = c_int
-    if libc.mount(b"nodev", target.encode(), b"tracefs", 0, None) != 0:
+    mount = libc().mount
+    mount.argtypes = [c_char_p, c_char_p, c_char_p, c_ulong, c_void_p]
+    mount.restype = c_int
+    if mount(b"nodev", target.encode(), b"tracefs", 0, None) != 0:
         err = ctypes.get_errno()
         fix = (
             "run as root"

@@ -11,11 +11,11 @@ import os
 import re
 from pathlib import Path
 
+from pytest_lbr.kernel.machine import machine
 from pytest_lbr.selftest.verdicts import LbrFacts
 
 __all__ = ["CONFIG_KEYS", "kernel_config", "lbr_facts", "read_boot_log"]
 
-_CAPS = Path("/sys/bus/event_source/devices/cpu/caps/branches")
 #: The /proc/cpuinfo flags that bear on LBR: arch_lbr (Intel architectural LBR),
 #: amd_lbr_v2 (AMD Zen 4 LBRv2), hypervisor (running in a VM).
 _FLAGS = ("arch_lbr", "amd_lbr_v2", "hypervisor")
@@ -83,10 +83,7 @@ def read_boot_log(path: str = "/dev/kmsg") -> list[str]:
 def lbr_facts(boot_log: list[str] | None = None) -> LbrFacts:
     """Read the machine's LBR claims (caps, cpuinfo flags, the boot log's "N-deep LBR")."""
     model, flags = _cpuinfo()
-    try:
-        caps: int | None = int(_CAPS.read_text().strip())
-    except (OSError, ValueError):
-        caps = None
+    caps = machine().lbr_caps
     depth = None
     for line in read_boot_log() if boot_log is None else boot_log:
         m = _DEEP_LBR.search(line)

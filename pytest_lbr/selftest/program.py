@@ -13,11 +13,11 @@ BPF_PROG_TEST_RUN.
 from __future__ import annotations
 
 import errno
-import platform
 from importlib import resources
 from pathlib import Path
 
 from pytest_lbr.bpf import BpfObject, RunResult
+from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.programs import Btf, program_details
 from pytest_lbr.selftest.verdicts import CallSite
 from pytest_lbr.symbols import Symbolizer
@@ -101,7 +101,8 @@ def call_sites(fd: int, symbolizer: Symbolizer) -> list[CallSite]:
     call instruction symbolized as any traced address is, its target named, and the
     source text the program's BTF line info keeps for that line (when it keeps one)."""
     start, code = jited_image(fd)
-    calls = call_targets(disassemble(code, start, platform.machine()), platform.machine())
+    arch = machine().name
+    calls = call_targets(disassemble(code, start, arch), arch)
     located = symbolizer.locate_many([a for call in calls for a in call])
     details = program_details(fd, lines=True)
     texts: dict[tuple[str, int], str] = {}
