@@ -8,7 +8,6 @@ without `--lbr` they never are.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Callable, Generator, Iterator
@@ -18,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest import in_guest, note_splats
+from pytest_lbr.guest import in_guest
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
+from pytest_lbr.session_golden import GoldenBook
+from pytest_lbr.session_splats import KernelSplats
 
 if TYPE_CHECKING:
     from pytest_lbr.capture import Backend
     from pytest_lbr.golden.normalize import Normalization
-    from pytest_lbr.golden.unused import GoldenUsage
-    from pytest_lbr.kernel.kmsg import KernelLog, Splat
     from pytest_lbr.model import Trace
     from pytest_lbr.tracer import Tracer
 
@@ -62,8 +61,6 @@ ALLOW_SPLAT_MARKER = (
     "allow_splat: kernel splats during this test are shown in its report, not failures "
     "(a test that provokes one on purpose)"
 )
-#: The user property naming each kernel splat a test reported (its `Splat.key`).
-_SPLAT_PROPERTY = "lbr_kernel_splat"
 #: `git bisect run` reads 125 as "this commit cannot be tested": used when tracing could not run.
 EXIT_CANNOT_TRACE = 125
 DISABLED_REASON = "tracing disabled: run with --lbr"
@@ -85,7 +82,8 @@ SESSION_KEY = pytest.StashKey["LbrSession"]()
 
 
 class LbrSession:
-    """Per-session state: options, the backend probe, golden writes and reports."""
+    """Per-session state: options, the backend probe and the fixtures; golden
+    bookkeeping (`GoldenBook`), kernel splats (`KernelSplats`) and reports."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -94,8 +92,6 @@ class LbrSession:
         self.require = bool(self._option("lbr_require"))
         self.filter = self._option("lbr_filter") or None
         self.scope = str(self.config.getini("lbr_scope") or "process")
-        self.golden_update = bool(self._option("lbr_golden_update"))
-        self.golden_prune = bool(self._option("lbr_golden_prune"))
         self.vmlinux = self._option("lbr_vmlinux") or None
         report = self._option("lbr_report")
         self.report_dir = Path(report).resolve() if report else None
@@ -124,19 +120,13 @@ class LbrSession:
         self._reports_progress = self.enabled
         if self._reports_progress:
             self._previous_progress = set_progress(self._progress)
-        #: Golden files written in this process, and (controller) by the xdist workers.
-        self.written: list[str] = []
-        #: Golden checks per module (and, controller, the workers'), created by the first.
-        self.golden_usage: GoldenUsage | None = None
-        #: Golden files no test used (deleted under --lbr-golden-prune), at the end.
-        self.unused: list[Path] = []
-        # What an unused golden file must not be blamed on: node ids of each module's
-        # collected tests, modules with deselected tests, node ids that passed / failed.
-        self._collected: dict[str, list[str]] = {}
-        self._deselected: set[str] = set()
-        self._narrowed = any("::" in str(arg) for arg in config.args)
-        self._passed: set[str] = set()
-        self._failed: set[str] = set()
+        #: Golden checks, files written and unused.
+        self.golden = GoldenBook(
+            config,
+            update=bool(self._option("lbr_golden_update")),
+            prune=bool(self._option("lbr_golden_prune")),
+            is_worker=self.is_worker,
+        )
         #: Tests that needed tracing, split by whether they could get it.
         self.traced_ok = 0
         self.traced_unavailable = 0
@@ -146,18 +136,23 @@ class LbrSession:
         self._backend: Backend | None = None
         if self.report_dir is not None and not self.is_worker:
             shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
-        self._kernel_log: KernelLog | None = None
-        #: Why splats are not watched although asked for: the terminal header says it.
-        self.splat_note = ""
-        #: Splats no test of this process took, as plain data (controller: every worker's).
-        self._loose_splats: list[dict[str, Any]] = []
-        #: Keys of the splats tests reported (controller: every worker's tests).
-        self._test_splats: set[str] = set()
-        #: The loose splats no test reported, once each: they fail the run.
-        self.unreported_splats: list[dict[str, Any]] = []
-        self.kmsg_missed = 0
-        if self.splat_mode == "fail":
-            self._open_kernel_log()
+        #: The kernel log, watched for splats.
+        self.splats = KernelSplats(
+            config,
+            self.splat_mode == "fail",
+            is_worker=self.is_worker,
+            is_controller=self.is_controller,
+        )
+
+    @property
+    def golden_update(self) -> bool:
+        """--lbr-golden-update: write golden traces instead of comparing."""
+        return self.golden.update
+
+    @property
+    def golden_prune(self) -> bool:
+        """--lbr-golden-prune: delete the golden traces no test used."""
+        return self.golden.prune
 
     # -- options -------------------------------------------------------------------
 
@@ -314,205 +309,38 @@ class LbrSession:
 
     def normalization(self, item: pytest.Item) -> Normalization:
         """Default exclusions + ini `lbr_golden_exclude`/`lbr_golden_keep` + marker knobs."""
-        from pytest_lbr.golden import Normalization
-        from pytest_lbr.noise import DEFAULT_EXCLUDE
-
-        marker = item.get_closest_marker("lbr")
-        kw = marker.kwargs if marker else {}
-        exclude = (
-            *DEFAULT_EXCLUDE,
-            *self.config.getini("lbr_golden_exclude"),
-            *kw.get("exclude", ()),
-        )
-        keep = (*self.config.getini("lbr_golden_keep"), *kw.get("keep", ()))
-        return Normalization(
-            exclude=tuple(exclude),
-            keep=tuple(keep),
-            collapse=bool(kw.get("collapse", True)),
-            sort_hits=bool(kw.get("sort_hits", False)),
-        )
+        return self.golden.normalization(item)
 
     def check_golden(
         self, item: pytest.Item, trace: Trace, name: str | None = None, level: str = "function"
     ) -> None:
         """Compare `trace` with the test's golden file, or write it under --lbr-golden-update."""
-        from pytest_lbr.golden import LEVELS, GoldenCheck
-        from pytest_lbr.golden.storage import display_path
-
-        record = self.record(item)
-        test_name = _golden_test_name(item) + (f".{name}" if name else "")
-        if test_name in record.golden_names:
-            pytest.fail(
-                f"check_golden called twice for {test_name!r}: pass name= to tell them apart",
-                pytrace=False,
-            )
-        record.golden_names.add(test_name)
-        record.checked_traces.append(trace)
-        if level not in LEVELS:
-            pytest.fail(
-                f"unknown golden level {level!r}; choose from {', '.join(LEVELS)}", pytrace=False
-            )
-        module_path = Path(str(item.path))
-        check = GoldenCheck(module_path, self.normalization(item), update=self.golden_update)
-        result = check.run(trace, test_name, level)
-        record.golden.append(result)
-        self._note_golden_use(module_path, result.path)
-        shown = display_path(result.path)
-        if result.status == "written":
-            self.note_written(shown)
-        item.user_properties.append(("lbr_golden", f"{result.status}: {shown}"))
-        if not result.passed:
-            pytest.fail(result.message, pytrace=False)
-
-    def _note_golden_use(self, module_path: Path, path: Path) -> None:
-        module = str(module_path)
-        complete = not self._narrowed and module not in self._deselected
-        self._usage().note(module_path, self._collected.get(module, ()), complete, path)
-
-    def _usage(self) -> GoldenUsage:
-        if self.golden_usage is None:  # only sessions that check golden traces import it
-            from pytest_lbr.golden.unused import GoldenUsage
-
-            self.golden_usage = GoldenUsage()
-        return self.golden_usage
-
-    def note_written(self, path: str) -> None:
-        self.written.append(path)
-        if self.is_worker:  # the controller prints one summary for all workers
-            self.config.workeroutput.setdefault("lbr_written", []).append(path)  # type: ignore[attr-defined]
+        self.golden.check(item, self.record(item), trace, name=name, level=level)
 
     def worker_done(self, node: Any) -> None:
-        """xdist controller: collect what a worker wrote and which golden files it used."""
+        """xdist controller: collect what a worker wrote, which golden files it used,
+        and the kernel splats no test of it took."""
         output = getattr(node, "workeroutput", {})
-        self.written.extend(output.get("lbr_written", []))
-        self._loose_splats.extend(output.get("lbr_kernel_splats", []))
-        self.kmsg_missed += output.get("lbr_kmsg_missed", 0)
-        if output.get("lbr_golden_usage"):
-            self._usage().merge(output["lbr_golden_usage"])
+        self.golden.worker_done(output)
+        self.splats.worker_done(output)
 
     # -- kernel splats ---------------------------------------------------------------
 
-    def _open_kernel_log(self) -> None:
-        from pytest_lbr.kernel.kmsg import KernelLog, KmsgError
-
-        try:
-            log = KernelLog()
-        except KmsgError as exc:
-            self.splat_note = f"lbr: kernel splats are not watched: {exc.strerror}"
-            return
-        if self.is_controller:
-            log.close()  # readable: the workers watch it
-        else:
-            self._kernel_log = log
-
     def header_lines(self) -> list[str]:
         """Terminal header: why kernel splats are not watched, when asked for."""
-        return [self.splat_note] if self.splat_note else []
-
-    def _new_splats(self) -> list[Splat]:
-        assert self._kernel_log is not None
-        from pytest_lbr.kernel.kmsg import find_splats
-
-        splats = find_splats(self._kernel_log.read_new())
-        note_splats(splat.key for splat in splats)  # seen: the VM runner need not fail the guest
-        return splats
-
-    def _loose(self, splats: list[Splat], running: str | None) -> None:
-        if running and self.is_worker:
-            running = f"{self.config.workerinput['workerid']} {running}"  # type: ignore[attr-defined]
-        for splat in splats:
-            self._loose_splats.append(
-                {
-                    "key": splat.key,
-                    "summary": splat.summary,
-                    "text": splat.text,
-                    "running": [running] if running else [],
-                }
-            )
+        return [self.splats.note] if self.splats.note else []
 
     def splats_between_tests(self) -> None:
         """Before a test: what the kernel logged since the last one belongs to no test."""
-        if self._kernel_log is not None:
-            self._loose(self._new_splats(), running=None)
+        self.splats.between_tests()
 
     def check_kernel_log(self, item: pytest.Item, report: pytest.TestReport) -> None:
-        """A kernel splat during this phase of the test fails it (under `allow_splat`
-        the report only shows it).
-
-        Under xdist other workers' tests run at the same time, so a worker takes only
-        splats in its own tasks (this process, a live child; under `allow_splat` also
-        a process that has exited); any other (a kernel thread's, another worker's,
-        an exited child's) goes to the controller, which fails the run with it once,
-        naming the tests that were running, unless another worker's test took it.
-        """
-        if self._kernel_log is None:
-            return
-        splats = self._new_splats()
-        if not splats:
-            return
-        allowed = item.get_closest_marker("allow_splat") is not None
-        ours = [s for s in splats if not self.is_worker or _own_splat(s, allowed)]
-        self._loose([s for s in splats if s not in ours], running=item.nodeid)
-        if not ours:
-            return
-        title = "kernel splat (allowed: allow_splat)" if allowed else "kernel splat"
-        report.sections.append((title, "\n\n".join(s.text for s in ours)))
-        report.user_properties.extend((_SPLAT_PROPERTY, s.key) for s in ours)
-        record = self.record(item)
-        record.splats.extend(ours)
-        record.splats_allowed = allowed
-        if not allowed:
-            record.outcome = "failed"
-            if not report.failed:
-                phase = "" if report.when == "call" else f" ({report.when})"
-                more = f" (+{len(ours) - 1} more below)" if len(ours) > 1 else ""
-                report.outcome = "failed"
-                report.longrepr = f"kernel splat during this test{phase}: {ours[0].summary}{more}"
-                if hasattr(report, "wasxfail"):
-                    del report.wasxfail  # an expected failure is the test's, not the kernel's
-        if self.report_dir is not None:
+        """A kernel splat during this phase of the test fails it (`KernelSplats.check`);
+        the test's report files are rewritten to show it."""
+        if self.splats.check(item, report, self.record(item)) and self.report_dir is not None:
             from pytest_lbr.report import write_test_files
 
-            write_test_files(self.report_dir, record)
-
-    def _finish_splats(self, session: pytest.Session) -> None:
-        if self._kernel_log is not None:
-            self._loose(self._new_splats(), running=None)
-            self.kmsg_missed += self._kernel_log.missed
-            self._kernel_log.close()
-            self._kernel_log = None
-        if self.is_worker:
-            output = self.config.workeroutput  # type: ignore[attr-defined]
-            output["lbr_kernel_splats"] = self._loose_splats
-            output["lbr_kmsg_missed"] = self.kmsg_missed
-            return
-        merged: dict[str, dict[str, Any]] = {}
-        for splat in self._loose_splats:  # once each, and none a test reported
-            if splat["key"] not in self._test_splats:
-                seen = merged.setdefault(splat["key"], {**splat, "running": []})
-                seen["running"] += [r for r in splat["running"] if r not in seen["running"]]
-        self.unreported_splats = list(merged.values())
-        if self.unreported_splats and session.exitstatus in (0, 5):  # not over a worse one
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _splat_summary(self, terminal: Any) -> None:
-        for splat in self.unreported_splats:
-            terminal.write_sep("=", "lbr: kernel splat outside any test", red=True)
-            if splat["running"]:
-                terminal.write_line(
-                    "in another process while these tests ran: " + ", ".join(splat["running"])
-                )
-            terminal.write_line(splat["text"])
-        if self.unreported_splats:
-            terminal.write_line(
-                f"lbr: {len(self.unreported_splats)} kernel splat(s) outside any test: "
-                "the run fails (--lbr-kernel-splats=off turns the check off)"
-            )
-        if self.kmsg_missed:
-            terminal.write_line(
-                f"lbr: the kernel overwrote its log {self.kmsg_missed} time(s) before pytest "
-                "read it: a kernel splat may have gone unseen"
-            )
+            write_test_files(self.report_dir, self.record(item))
 
     # -- records, reports, assertion explanations ---------------------------------
 
@@ -553,23 +381,19 @@ class LbrSession:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Hook: each module's tests, for unused golden files (per xdist worker: they
         all collect the same tests; the controller collects none)."""
-        for item in session.items:
-            self._collected.setdefault(str(item.path), []).append(item.nodeid)
+        self.golden.collected(session.items)
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         """Hook: a module with deselected tests (-k, --lbr-shard...) may have used more
         golden files than this session saw."""
-        self._deselected.update(str(item.path) for item in items)
+        self.golden.deselected(items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Hook (the session is registered as a plugin): count tests that needed tracing,
         on the xdist controller too, from the properties the reports carry; note which
         tests passed, for unused golden files, and which kernel splats tests reported."""
-        if report.failed:
-            self._failed.add(report.nodeid)
-        elif report.when == "call" and report.passed:
-            self._passed.add(report.nodeid)
-        self._test_splats.update(str(v) for k, v in report.user_properties if k == _SPLAT_PROPERTY)
+        self.golden.note_report(report)
+        self.splats.note_report(report)
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
@@ -589,25 +413,17 @@ class LbrSession:
         if self.enabled and self.traced_unavailable and not self.traced_ok:
             self.unavailable_reason = self.probe()[2]
             session.exitstatus = EXIT_CANNOT_TRACE
-        self._finish_splats(session)
+        self.splats.finish(session)
         if self.report_dir is not None and not self.is_worker:
             from pytest_lbr.report import write_html
 
             write_html(self.report_dir)
-        if self.golden_usage and self.is_worker:
-            self.config.workeroutput["lbr_golden_usage"] = self.golden_usage.to_json()  # type: ignore[attr-defined]
-        elif self.golden_usage:
-            self.unused = self.golden_usage.unused(self._passed - self._failed)
-            if self.golden_prune:
-                for path in self.unused:
-                    path.unlink(missing_ok=True)
+        self.golden.finish()
 
     def unconfigure(self) -> None:
         """Put back the progress listener this session replaced (pytester nests sessions);
         close the kernel log if the session ended before its finish."""
-        if self._kernel_log is not None:
-            self._kernel_log.close()
-            self._kernel_log = None
+        self.splats.close()
         if self._reports_progress:
             self._reports_progress = False
             set_progress(self._previous_progress)
@@ -617,19 +433,7 @@ class LbrSession:
         status is 125, kernel splats outside the tests."""
         if self.is_worker:
             return
-        if self.written:
-            terminal.write_sep("-", f"lbr: {len(self.written)} golden trace(s) written")
-            for path in sorted(self.written):
-                terminal.write_line(f"  {path}")
-        if self.unused:
-            from pytest_lbr.golden.storage import display_path
-
-            head = f"lbr: {len(self.unused)} unused golden trace(s)"
-            shown = ", ".join(display_path(path) for path in self.unused)
-            if self.golden_prune:
-                terminal.write_line(f"{head} deleted: {shown}")
-            else:
-                terminal.write_line(f"{head}: {shown} (--lbr-golden-prune deletes them)")
+        self.golden.summary(terminal)
         if self.report_dir is not None and (self.report_dir / "index.html").exists():
             terminal.write_line(f"lbr: report {self.report_dir / 'index.html'}")
         if self.unavailable_reason:
@@ -637,24 +441,4 @@ class LbrSession:
                 f"lbr: tracing could not run in this session ({self.unavailable_reason}): "
                 f"exit status {EXIT_CANNOT_TRACE}"
             )
-        self._splat_summary(terminal)
-
-
-def _own_splat(splat: Splat, allowed: bool) -> bool:
-    """Is the splat this xdist worker's? Its task is this process or a live child, or
-    (for a test that provokes splats on purpose) one that has exited since."""
-    from pytest_lbr.kernel.kmsg import is_own_task
-
-    if splat.pid is None or splat.pid <= 0:  # no task named, or the idle task
-        return False
-    if is_own_task(splat.pid):
-        return True
-    return allowed and not os.path.exists(f"/proc/{splat.pid}")
-
-
-def _golden_test_name(item: pytest.Item) -> str:
-    # "test_mod.py::TestX::test_y[a]" -> "TestX.test_y[a]": unique within the module.
-    from pytest_lbr.golden.storage import safe_file_name
-
-    parts = item.nodeid.split("::")[1:]
-    return safe_file_name(".".join(parts) or item.name)
+        self.splats.summary(terminal)
