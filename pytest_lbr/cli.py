@@ -129,7 +129,7 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             scope = Scope.of("process", cgroup=args.cgroup)
         else:
             scope = Scope.of("system")
-        live = LiveTrace(args.targets, backend=args.backend, scope=scope)
+        live = LiveTrace(args.targets, backend=args.backend, scope=scope, filter=args.filter)
     except (TargetError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if args.errors_only:
@@ -567,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=BACKENDS,
         default="auto",
-        help="auto (default) streams with graph; lbr cannot stream yet",
+        help="auto (default): LBR where the CPU has it, else graph",
     )
     tr.add_argument("--filter", choices=FILTERS, help="LBR branch filter (LBR only)")
     tr.add_argument("--disasm", action="store_true", help="show the instructions at each branch")

@@ -20,6 +20,7 @@ import fnmatch
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from pytest_lbr.capture import (
@@ -131,7 +132,8 @@ class LiveTrace:
     `targets` as `lbr.trace` takes them; `scope` whose work (default: every task,
     "system"; never this process). `backend` "auto" streams with the first backend
     that streams and works here; a backend whose `Capabilities.live` is False is
-    refused (`StreamingUnsupported`).
+    refused (`StreamingUnsupported`). `filter`: an LBR branch filter, for a backend
+    that takes one (`Capabilities.filters`).
     `vmlinux`: the debug vmlinux for file:line (None: auto-discovered).
     `interval`: seconds between polls.
     """
@@ -144,6 +146,7 @@ class LiveTrace:
         vmlinux: str | None = None,
         scope: Scope | None = None,
         interval: float = 0.1,
+        filter: str | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -159,6 +162,7 @@ class LiveTrace:
         self.scope = scope or Scope.of("system")
         self.interval = interval
         self._wanted = backend
+        self._filter = filter
         self._vmlinux = vmlinux
         self._backend: Backend | None = None
         self._capture: Capture | None = None
@@ -170,7 +174,16 @@ class LiveTrace:
     def backend(self) -> Backend:
         """The backend, probed on first use."""
         if self._backend is None:
-            self._backend = resolve_backend(self._wanted, live=True)
+            from pytest_lbr.libbpf import libbpf_messages
+
+            with ExitStack() as quiet:
+                # The probe's reason says why a backend cannot run; libbpf's chatter
+                # would not. Without libbpf there is no chatter (the LBR probe says so).
+                try:
+                    quiet.enter_context(libbpf_messages())
+                except OSError:
+                    pass
+                self._backend = resolve_backend(self._wanted, live=True)
         return self._backend
 
     @property
@@ -207,7 +220,10 @@ class LiveTrace:
 
     def start(self) -> None:
         """Arm: every hit from now on is handed over by `poll()` or `stop()`."""
-        self._capture = capture = self.backend.open(self.targets, scope=self.scope, live=True)
+        chosen = self._filter if self.capabilities.filters else None
+        self._capture = capture = self.backend.open(
+            self.targets, scope=self.scope, filter=chosen, live=True
+        )
         try:
             capture.start()
         except BaseException:

@@ -51,7 +51,6 @@ def golden_file(path: Path, lines: list[str], kernel: str) -> Path:
         (["trace", "kfunc:x", "--pid", "4194305"], "pid=4194305: no such process"),
         (["trace", "kfunc:x", "--cgroup", "/nonexistent"], "'/nonexistent': not a cgroup v2"),
         (["trace", "kfunc:x", "--window", "1"], "unrecognized arguments: --window"),
-        (["trace", "kfunc:x", "--backend", "lbr"], "the lbr backend cannot stream yet"),
         (
             ["trace", "tp:syscalls/sys_enter_getpid", "kfunc:vfs_*", "--errors-only"],
             "--errors-only keeps hits that return an error, and tp:syscalls/sys_enter_getpid, "

@@ -19,6 +19,7 @@ from pytest_lbr.targets import Target
 
 __all__ = [
     "FILTERS",
+    "LIVE_OWN_PROCESS",
     "SCOPES",
     "BackendDriver",
     "Capabilities",
@@ -97,6 +98,12 @@ class Scope:
         )
 
     @property
+    def is_this_process(self) -> bool:
+        """Whether the scope records this process (which a live reader must not: it
+        would record its own reading of the trace)."""
+        return self.kind != "system" and self.cgroup is None and self.pid in (None, os.getpid())
+
+    @property
     def interrupts(self) -> bool:
         """Whether work done in interrupt context (hardirq, softirq: NAPI, XDP) is kept."""
         return self.kind == "system" or self.cgroup is not None
@@ -115,6 +122,13 @@ class Scope:
         if self.pid is not None:
             return f"pid {self.pid}" + (" and its children" if self.kind == "children" else "")
         return self.kind
+
+
+#: Why a live capture refuses a scope that records its own process.
+LIVE_OWN_PROCESS = (
+    "a live trace cannot record its own process (it would record its own "
+    "reading of the trace): trace another pid, a cgroup or the system"
+)
 
 
 def as_scope(scope: Scope | str | None) -> Scope:

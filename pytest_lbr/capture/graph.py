@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from pytest_lbr.capture.base import (
+    LIVE_OWN_PROCESS,
     BackendDriver,
     Capabilities,
     Capability,
@@ -353,12 +354,8 @@ class GraphCapture:
         """
         if self._instance is not None:
             raise CaptureError("graph capture: live() comes before start()")
-        scope = self.scope
-        if scope.kind != "system" and scope.cgroup is None and scope.pid in (None, os.getpid()):
-            raise CaptureError(
-                "a live trace cannot record its own process (it would record its own "
-                "reading of the trace): trace another pid, a cgroup or the system"
-            )
+        if self.scope.is_this_process:
+            raise CaptureError(LIVE_OWN_PROCESS)
         self._live = LiveState()
 
     def start(self) -> None:

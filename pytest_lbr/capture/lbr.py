@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_lbr.capture.base import (
+    LIVE_OWN_PROCESS,
     BackendDriver,
     Capabilities,
     Capability,
@@ -33,6 +34,9 @@ from pytest_lbr.kernel.machine import BTF_PATH, Machine
 from pytest_lbr.kernel.machine import machine as running_machine
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import Target
+
+if TYPE_CHECKING:
+    from pytest_lbr.capture.hooks import HookSet
 
 __all__ = [
     "BRANCH_TYPE_KINDS",
@@ -231,17 +235,15 @@ def _snapshot_problem() -> str:
 
 #: What the LBR backend can do. Its hooks filter by one process id in the kernel
 #: (or none, "system"): no children or cgroup yet, and no interrupt-context flag.
-#: Its capture decodes the hook set's ring buffer at `stop()` only, so it does not
-#: stream yet.
+#: Each hit is one ring-buffer record, complete when it arrives: it streams.
 LBR_CAPABILITIES = Capabilities(
     scopes=frozenset({"process", "system", "pid"}),
-    live=False,
+    live=True,
     retval=frozenset({"kfunc", "kfunc glob", "prog", "uretprobe"}),
     in_interrupt=False,
     branches=True,
     filters=True,
     missing=(
-        ("live", "it decodes its hits when disarmed"),
         ("children", "its hooks filter by one process id, or none with scope='system'"),
         ("cgroup", "its hooks filter by one process id, or none with scope='system'"),
     ),
@@ -268,9 +270,10 @@ class LbrBackend:
         filter: str | None = None,
         live: bool = False,
     ) -> LbrCapture:
-        """A not-yet-armed capture (`filter`: an LBR branch filter, "any" by default)."""
-        if live:
-            raise CaptureError(f"the lbr backend cannot stream yet: {LBR_CAPABILITIES.why('live')}")
+        """A not-yet-armed capture (`filter`: an LBR branch filter, "any" by default;
+        `live`: read with `poll()`, so never of this process)."""
+        if live and scope.is_this_process:
+            raise CaptureError(LIVE_OWN_PROCESS)
         return LbrCapture(list(targets), filter=filter or "any", scope=scope)
 
     def close(self) -> None:
@@ -301,12 +304,15 @@ class LbrCapture:
                 f"the lbr backend cannot trace {self.scope} yet "
                 f"({LBR_CAPABILITIES.why(lacks[0])}); use backend='graph'"
             )
-        #: After `stop()`: a hit's target -> the symbol of the function it hooked
-        #: (a kernel function, a BPF program's kallsyms name); none for a
-        #: tracepoint or uprobe. Trimming keeps the branches up to its last one.
+        #: A decoded hit's target -> the symbol of the function it hooked (a kernel
+        #: function, a BPF program's kallsyms name); none for a tracepoint or
+        #: uprobe. Trimming keeps the branches up to its last one.
         self._traced: dict[str, str] = {}
+        #: After `stop()`: what the hook set said (it is closed then).
         self._lost = 0
-        self._notes: list[str] = []
+        self._hook_notes: list[str] = []
+        #: bpf_get_branch_snapshot()'s errors, one per hit it failed for.
+        self._failed: list[int] = []
         #: check=False skips probe_lbr() and `open_events` replaces the branch
         #: events: lets a guest without a PMU run the whole path on real hooks.
         self._check = check
@@ -333,31 +339,47 @@ class LbrCapture:
             raise
 
     def stop(self) -> Trace:
-        """Collect every hit, release the kernel objects, decode into a `Trace`.
+        """Collect every hit not handed over yet, release the kernel objects, decode
+        into a `Trace`.
 
         Raw: branches between bare addresses, the tracer's own included
         (`branches` and `raw_branches` alike); `pytest_lbr.tracer` symbolizes
-        them and trims `branches` with `traced`.
+        them and `trim` trims `branches`.
         """
+        hs = self._armed("stop")
+        raw = hs.drain()
+        self._lost = hs.lost
+        self._hook_notes = list(hs.notes)
+        attached = list(hs.attached)
+        self.close()
+        self._failed += [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
+        trace, traced = decode_trace(
+            self.targets, raw, attached, self._machine, lost=self._lost, notes=self.notes
+        )
+        self._traced.update(traced)
+        return trace
+
+    def poll(self) -> list[Hit]:
+        """The hits recorded since the last poll, oldest first (while armed).
+
+        Each hit is one record of the hook set's ring buffer, written whole when
+        the hook ran (an exit hook's at the return): every record read is a
+        complete hit, handed over once.
+        """
+        hs = self._armed("poll")
+        raw = hs.drain()
+        self._failed += [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
+        trace, traced = decode_trace(self.targets, raw, list(hs.attached), self._machine)
+        self._traced.update(traced)
+        return trace.hits
+
+    def _armed(self, what: str) -> HookSet:
         from pytest_lbr.capture.hooks import HookSet
 
         hs = self._hooks
         if not isinstance(hs, HookSet):
-            raise CaptureError("LbrCapture.stop() without a successful start()")
-        raw = hs.drain()
-        lost = self._lost = hs.lost
-        self._notes = list(hs.notes)
-        attached = list(hs.attached)
-        self.close()
-        trace, self._traced = decode_trace(
-            self.targets, raw, attached, self._machine, lost=lost, notes=self._notes
-        )
-        return trace
-
-    def poll(self) -> list[Hit]:
-        """Not yet: the capture decodes its ring buffer at `stop()` only
-        (`LBR_CAPABILITIES.live` is False, so no caller asks)."""
-        raise CaptureError(f"the lbr backend cannot stream yet: {LBR_CAPABILITIES.why('live')}")
+            raise CaptureError(f"LbrCapture.{what}() without a successful start()")
+        return hs
 
     @property
     def lost(self) -> int:
@@ -369,11 +391,15 @@ class LbrCapture:
 
     @property
     def notes(self) -> list[str]:
-        """Why the hits may be incomplete (what the hook set could not attach)."""
+        """Why the hits may be incomplete: what the hook set could not attach, hits
+        without branch records."""
         from pytest_lbr.capture.hooks import HookSet
 
         hs = self._hooks
-        return list(hs.notes) if isinstance(hs, HookSet) else list(self._notes)
+        notes = list(hs.notes) if isinstance(hs, HookSet) else list(self._hook_notes)
+        if self._failed:
+            notes.append(f"LBR: snapshot failed on {len(self._failed)} hits ({self._failed[0]})")
+        return notes
 
     def trim(self, hits: list[Hit]) -> None:
         """Drop the tracer's own newest records from the named hits' branches: up to
@@ -414,9 +440,6 @@ def decode_trace(
         notes=list(notes),
     )
     traced_by: dict[str, str] = {}
-    failed = [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
-    if failed:
-        trace.notes.append(f"LBR: snapshot failed on {len(failed)} hits ({failed[0]})")
     comms: dict[int, str] = {}
     for h in raw:
         where = attached[h.target] if h.target < len(attached) else None
