@@ -4,7 +4,8 @@ Each fact about an architecture that code depends on is a field of its row:
 the name `uname -m` prints (what `Trace.arch` and golden headers carry), its
 Debian name (kernel packages, `pytest-lbr vm --arch`), the name BPF's
 `bpf_tracing.h` gives it (`__TARGET_ARCH_<name>`, the tracer object), the
-perf_event_open syscall number, and where a uprobe finds the return address.
+perf_event_open syscall number, where a uprobe finds the return address, and
+what the VM runner boots it with.
 Lookups accept any of the names.
 """
 
@@ -38,6 +39,11 @@ class Architecture:
     #: register where `bl`/`jal` put it (arm64 x30; riscv64 ra, a name
     #: arch/riscv/kernel/ptrace.c's regoffset_table gives fetch arguments).
     uprobe_return_address: str
+    #: QEMU's system emulator for it, and the Debian package holding it (for the VM runner).
+    qemu_system: str
+    qemu_package: str
+    #: The boot image a kernel build leaves in arch/<bpf>/boot/.
+    kernel_image: str
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -47,9 +53,22 @@ class Architecture:
 
 #: Every architecture, the one CI runs first.
 ARCHITECTURES = (
-    Architecture("x86_64", "amd64", "x86", 298, "+0(%sp)"),
-    Architecture("aarch64", "arm64", "arm64", 241, "%x30"),
-    Architecture("riscv64", "riscv64", "riscv", 241, "%ra"),
+    Architecture(
+        "x86_64", "amd64", "x86", 298, "+0(%sp)", "qemu-system-x86_64", "qemu-system-x86", "bzImage"
+    ),
+    Architecture(
+        "aarch64", "arm64", "arm64", 241, "%x30", "qemu-system-aarch64", "qemu-system-arm", "Image"
+    ),
+    Architecture(
+        "riscv64",
+        "riscv64",
+        "riscv",
+        241,
+        "%ra",
+        "qemu-system-riscv64",
+        "qemu-system-misc",
+        "Image",
+    ),
 )
 
 
