@@ -34,8 +34,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -185,7 +185,8 @@ def kvm_usable(kernel: Path, timeout: float = 20.0) -> tuple[bool, str]:
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
         return False, "qemu-system-x86_64 not installed"
-    key = hashlib.sha1(f"{os.uname().release}|{qemu}|{kernel}".encode()).hexdigest()[:12]
+    # "2": the reason's wording (older probes cached the firmware's screen as the reason).
+    key = hashlib.sha1(f"2|{os.uname().release}|{qemu}|{kernel}".encode()).hexdigest()[:12]
     cache = cache_dir() / f"kvm-probe-{key}.json"
     try:
         saved = json.loads(cache.read_text())
@@ -207,22 +208,64 @@ def kvm_usable(kernel: Path, timeout: float = 20.0) -> tuple[bool, str]:
         "console=ttyS0 panic=-1",
     ]
     try:
-        out = subprocess.run(cmd, capture_output=True, timeout=timeout, text=True, errors="replace")
-        text = out.stdout + out.stderr
+        out = subprocess.run(cmd, capture_output=True, timeout=timeout)
+        stdout, stderr, timed_out = out.stdout, out.stderr, False
     except subprocess.TimeoutExpired as exc:
-        text = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-    usable = "Linux version" in text
+        # What QEMU wrote before it was killed: KVM's own error is on stderr.
+        stdout, stderr, timed_out = exc.stdout or b"", exc.stderr or b"", True
+    console = _text(stdout)
+    usable = "Linux version" in console
     why = (
         "KVM boots a stock kernel"
         if usable
-        else (
-            "KVM cannot boot a stock kernel here: "
-            + (text.strip().splitlines() or ["no output"])[0]
-        )
+        else "KVM cannot boot a stock kernel here: "
+        + kvm_failure(console, _text(stderr), timeout if timed_out else None)
     )
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"usable": usable, "why": why}))
     return usable, why
+
+
+def _text(output: bytes | str) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output
+
+
+def kvm_failure(console: str, stderr: str, timed_out: float | None = None) -> str:
+    """The line that says why a KVM boot failed, from QEMU's console and stderr.
+
+    KVM's own error first (`KVM internal error. Suberror: 1` and the reason a few
+    lines below it, `emulation failure`), then QEMU's (`qemu-system-x86_64: error:
+    failed to set MSR ...`); never the firmware's screen and its escape codes.
+    """
+    lines = [ln.strip() for ln in strip_escapes(stderr).splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("KVM internal error"):
+            # The register dump follows; the reason is the one lower-case phrase before it.
+            reason = next(
+                (r for r in lines[i + 1 : i + 12] if re.fullmatch(r"[a-z][a-z ]+", r)), ""
+            )
+            return f"{line} ({reason})" if reason else line
+    qemu = [ln for ln in lines if re.match(r"qemu-system-\S+: ", ln) and ": warning: " not in ln]
+    if qemu:
+        return qemu[0]
+    if timed_out is not None:
+        return f"no kernel output within {timed_out:.0f}s"
+    shown = lines or [ln.strip() for ln in strip_escapes(console).splitlines() if ln.strip()]
+    return shown[0] if shown else "QEMU exited without output"
+
+
+#: ANSI/VT escape sequences (CSI `ESC [ ... m`, OSC `ESC ] ... BEL`, two-byte `ESC c`)
+#: and the other control characters but tab and newline: what QEMU, SeaBIOS and a
+#: kernel console write for a terminal, and a message quoting them must not carry.
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f]"
+)
+
+
+def strip_escapes(text: str) -> str:
+    """`text` without terminal escape sequences and control characters (but \\t, \\n)."""
+    return _ESCAPES.sub("", text.replace("\r\n", "\n"))
 
 
 def lbr_passthrough_opts() -> tuple[list[str], str]:
@@ -290,6 +333,8 @@ class VmPlan:
     host_cpus: int = 1  # host cores the guest keeps busy (TCG: one thread for all vCPUs)
     #: Directories made before boot: mount points in a guest root of its own.
     mount_points: tuple[Path, ...] = ()
+    #: Variables the guest's pytest (or command) gets from the host (`guest_environment`).
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def build_command(
@@ -309,10 +354,12 @@ def build_command(
     cwd: Path | None = None,
     vng: Path | None = None,
     root: GuestRoot | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> VmPlan:
     """The vng command line that runs pytest `args` (or the command `execute`) in the guest.
 
     `root`: boot that root file system (and its architecture) instead of sharing the host's.
+    `env`: variables for the guest's pytest (`guest_environment`).
     """
     vng = vng or find_tools(root)
     cwd = cwd or Path.cwd()
@@ -395,8 +442,92 @@ def build_command(
     cmd += ["--exec", f"cd {shlex.quote(str(cwd))} && {shlex.join(guest)}"]
     accel = f"{'KVM' if kvm else 'TCG'} ({accel_why})"
     return VmPlan(
-        label or kernel.name, kernel, results, cmd, accel, lbr_why, host_cpus, mount_points
+        label or kernel.name,
+        kernel,
+        results,
+        cmd,
+        accel,
+        lbr_why,
+        host_cpus,
+        mount_points,
+        dict(env or {}),
     )
+
+
+#: The variables the guest gets from the host, as JSON in its results directory: written
+#: before boot, read and deleted by the guest side. Not on the command line: vng carries
+#: --exec on the kernel command line, which is short (2048 bytes on x86-64).
+GUEST_ENV_FILE = ".guest-env.json"
+
+#: PYTEST_* variables that describe a pytest process, not what the user asks for: pytest
+#: and pytest-xdist set them in each test process (a test that runs `pytest-lbr vm`).
+_PYTEST_PROCESS_STATE = frozenset(
+    {
+        "PYTEST_CURRENT_TEST",
+        "PYTEST_VERSION",
+        "PYTEST_XDIST_WORKER",
+        "PYTEST_XDIST_WORKER_COUNT",
+        "PYTEST_XDIST_TESTRUNUID",
+    }
+)
+#: What the guest side sets itself.
+_GUEST_OWN = frozenset({ENV_GUEST, ENV_STRICT, ENV_RESULTS, ENV_TALLY_OWNER})
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_option(text: str) -> tuple[str, str | None]:
+    """`--env NAME=VALUE` or `--env NAME` (the host's value) as (NAME, VALUE or None)."""
+    name, eq, value = text.partition("=")
+    if not _ENV_NAME.fullmatch(name):
+        raise ValueError(f"--env {text!r}: expected NAME=VALUE or NAME (letters, digits, _)")
+    return name, value if eq else None
+
+
+def guest_environment(
+    host: Mapping[str, str], wanted: Sequence[tuple[str, str | None]] = ()
+) -> tuple[dict[str, str], list[str]]:
+    """The variables a guest gets, and the `--env NAME`s the host does not have.
+
+    Like `docker run -e`: the host's environment stays outside, but for its PYTEST_*
+    variables (PYTEST_ADDOPTS, PYTEST_PLUGINS, ...; not pytest's per-process ones nor
+    the guest's own PYTEST_LBR_GUEST/STRICT/RESULTS), then each `--env` in order:
+    NAME=VALUE, or NAME with the host's value (left out, and named, when unset here).
+    """
+    env = {
+        k: v
+        for k, v in host.items()
+        if k.startswith("PYTEST_") and k not in _PYTEST_PROCESS_STATE | _GUEST_OWN
+    }
+    unset = []
+    for name, value in wanted:
+        if value is None:
+            if name not in host:
+                unset.append(name)
+                continue
+            value = host[name]
+        env[name] = value
+    return env, unset
+
+
+def _write_guest_env(results: Path, env: Mapping[str, str]) -> None:
+    path = results / GUEST_ENV_FILE
+    path.unlink(missing_ok=True)
+    if env:
+        # Only this user reads it (values may be tokens); the guest deletes it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(dict(env), out)
+
+
+def _read_guest_env(results: Path) -> dict[str, str]:
+    """Inside the guest: the variables the host passed (once: the file is deleted)."""
+    path = results / GUEST_ENV_FILE
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    path.unlink(missing_ok=True)
+    return {str(k): str(v) for k, v in env.items()}
 
 
 class _Echo:
@@ -462,6 +593,7 @@ def run_vm(
             ) from None
     for name in (STARTED, STATUS, SPLATS_FILE):
         (plan.results / name).unlink(missing_ok=True)
+    _write_guest_env(plan.results, plan.env)
     console_path = plan.results / "console.log"
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
@@ -510,7 +642,9 @@ def run_vm(
         why = f"guest exited (vng status {proc.returncode}) without reporting a status: " + (
             "it panicked or was killed mid-run" if started else "it failed to boot"
         )
-    tail = console_path.read_bytes().decode(errors="replace").strip().splitlines()[-15:]
+    # Quoted in a message: the console's escape codes (firmware, kernel) left out.
+    text = strip_escapes(console_path.read_bytes().decode(errors="replace"))
+    tail = text.strip().splitlines()[-15:]
     hint = (
         ""
         if "--verbose" in plan.command
@@ -552,10 +686,12 @@ class GuestResult:
         if self.tally is None:
             return f"{self.label}: exit {self.status} (results in {self.results}){note}"
         t = self.tally
+        # Both counts say what they count: a suite whose tests use the `lbr` fixture
+        # without the kernel marker traced, though no kernel-marked test ran.
         return (
             f"{self.label}: {t.passed} passed, {t.failed} failed, {t.skipped} skipped; "
-            f"kernel tests ran: {t.kernel_ran} (exit {self.status}; results in {self.results})"
-            + note
+            f"ran with tracing: {t.traced}, ran marked kernel: {t.kernel_ran} "
+            f"(exit {self.status}; results in {self.results})" + note
         )
 
 
@@ -644,8 +780,9 @@ def guest_main(
     tmpdir.mkdir(parents=True, exist_ok=True)
     if not os.path.ismount(tmpdir):
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1G", "tmpfs", str(tmpdir)], check=False)
-    env = dict(
-        os.environ,
+    env = dict(os.environ)
+    env.update(_read_guest_env(results))  # the host's PYTEST_* and --env; the rest wins
+    env.update(
         # The venv's scripts (pytest-lbr, pytest) first, as where `pytest-lbr vm` ran.
         PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/sbin:/usr/bin')}",
         TMPDIR=str(tmpdir),
@@ -693,6 +830,13 @@ def _shard(text: str) -> Shard:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--shard {text!r}: ")) from None
 
 
+def _env(text: str) -> tuple[str, str | None]:
+    try:
+        return env_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--env {text!r}: ")) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `pytest-lbr vm` options."""
     parser = argparse.ArgumentParser(
@@ -736,6 +880,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="make this directory writable in the guest (e.g. to update golden files)",
     )
     parser.add_argument("--exec", dest="execute", metavar="COMMAND", help="run COMMAND, not pytest")
+    parser.add_argument(
+        "--env",
+        "-e",
+        type=_env,
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="set NAME in the guest (to VALUE, or to its value here), like docker run -e; "
+        "repeatable. The guest gets none of this environment but its PYTEST_* variables "
+        "(PYTEST_ADDOPTS, PYTEST_PLUGINS, ...)",
+    )
     parser.add_argument("--shard", type=_shard, metavar="I/N", help="run shard I of N")
     parser.add_argument(
         "--bisect",
@@ -808,6 +963,9 @@ def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
     root = (args.results or Path.cwd() / DEFAULT_RESULTS).resolve()
     if args.shard is not None:
         pytest_args = [f"--lbr-shard={args.shard}", *pytest_args]
+    env, unset = guest_environment(os.environ, getattr(args, "env", []))
+    for name in unset:
+        _say(f"--env {name}: not set here, so not set in the guest (--env {name}=VALUE sets it)")
     plans = []
     for kernel, label in _kernels(args, guest_root):
         wanted = root / label
@@ -828,6 +986,7 @@ def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
                 strict=args.strict,
                 vng=vng,
                 root=guest_root,
+                env=env,
             )
         )
     return plans
@@ -835,6 +994,8 @@ def _plans(args: argparse.Namespace, pytest_args: list[str]) -> list[VmPlan]:
 
 def _run_one(plan: VmPlan, args: argparse.Namespace, prefix: str | None) -> GuestResult:
     _say(f"{plan.label}: {plan.kernel}; {plan.accel}; {plan.lbr}; results in {plan.results}")
+    if plan.env:
+        _say(f"{plan.label}: environment from here: {', '.join(sorted(plan.env))}")
     try:
         status = run_vm(plan, timeout=args.timeout, boot_timeout=args.boot_timeout, prefix=prefix)
     except VmError as exc:
