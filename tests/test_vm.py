@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr import vm
+from pytest_lbr import vm, vm_plan, vm_run
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,
     EXIT_SKIP,
@@ -94,13 +94,13 @@ def _plan(kvm: bool, label: str, cpus: int | None = None) -> vm.VmPlan:
 def test_kvm_guests_get_two_vcpus_and_lbr_passthrough_as_one_word(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: ([], "host CPU is not Intel"))
+    monkeypatch.setattr(vm_plan, "lbr_passthrough_opts", lambda: ([], "host CPU is not Intel"))
     plan = _plan(True, "6.12")
     assert plan.command[plan.command.index("--cpus") + 1] == "2"
     assert not [a for a in plan.command if a.startswith("--qemu-opts")]
     assert "--disable-kvm" not in plan.command and plan.host_cpus == 2
     lbr = (["-cpu", "host,pmu=on,lbr-fmt=0x5"], "LBR passthrough lbr-fmt=0x5")
-    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: lbr)
+    monkeypatch.setattr(vm_plan, "lbr_passthrough_opts", lambda: lbr)
     assert "--qemu-opts=-cpu host,pmu=on,lbr-fmt=0x5" in _plan(True, "6.12").command
 
 
@@ -112,7 +112,7 @@ def test_guests_at_once_count_host_threads_not_vcpus(
 ) -> None:
     """On 2 cores: TCG guests (one TCG thread each, whatever their vCPUs) side by side,
     KVM guests of two vCPUs one at a time."""
-    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: ([], "no LBR"))
+    monkeypatch.setattr(vm_plan, "lbr_passthrough_opts", lambda: ([], "no LBR"))
     monkeypatch.setattr(
         vm, "_plans", lambda args, _: [_plan(kvm, k, cpus) for k in ("6.1", "6.12")]
     )
@@ -457,7 +457,7 @@ def test_guest_output_is_echoed_in_whole_prefixed_lines(
     import io
 
     console = io.BytesIO()
-    echo = vm._Echo(console, "[6.1] ", hold=1000)
+    echo = vm_run._Echo(console, "[6.1] ", hold=1000)
     echo.feed(b"..")  # pytest -q's dots: no newline yet
     assert capfdbinary.readouterr().out == b""
     echo.feed(b"..\nxy")
@@ -468,7 +468,7 @@ def test_guest_output_is_echoed_in_whole_prefixed_lines(
     assert capfdbinary.readouterr().out == b""
     assert console.getvalue() == b"....\nxy"  # the log gets the bytes as they came
     # A partial line held past `hold` seconds is shown anyway: progress stays visible.
-    impatient = vm._Echo(io.BytesIO(), "[6.12] ", hold=0)
+    impatient = vm_run._Echo(io.BytesIO(), "[6.12] ", hold=0)
     impatient.feed(b"...")
     impatient.feed(b"")
     assert capfdbinary.readouterr().out == b"[6.12] ...\n"
