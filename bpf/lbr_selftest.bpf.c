@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * The test program of `pytest-lbr selftest` (pytest_lbr/selftest/program.py).
  * It calls two helpers the function tracer can see, in this order, so both
@@ -10,7 +10,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 SEC("xdp")
 int lbr_selftest(struct xdp_md *ctx)

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * LBR tracer: one program per hook kind.  Each takes the branch snapshot
  * first, then filters by process and ships one struct lbr_hit through a ring
@@ -29,7 +29,7 @@ struct user_pt_regs {
 
 #include "lbr_tracer.h"
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Set by user space before load; must stay the only .rodata variable. */
 const volatile struct lbr_config lbr_cfg = {};

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Records the LBR tracer (lbr_tracer.bpf.c) sends to user space
  * (pytest_lbr/capture/hooks.py).  Python reads the constants (enums) and

@@ -8,7 +8,8 @@ says this machine is the test kernel). Inside a guest (the runner sets
 does the same). `lbr_strict = false` (or `pytest-lbr vm --no-strict`) turns that off.
 
 The plugin also writes the tally the VM runner prints per kernel
-(`<results>/tally.json`: passed/failed/skipped, and how many kernel tests ran),
+(`<results>/tally.json`: passed/failed/skipped, how many tests ran with tracing
+and how many kernel tests ran),
 counted from the reports themselves so it holds under xdist too, and the kernel
 splats it saw (`<results>/kernel-splats.txt`), so that the runner fails a guest
 only for a splat in its kernel log that pytest did not report.
@@ -31,6 +32,7 @@ __all__ = [
     "KERNEL_MARKER",
     "SPLATS_FILE",
     "TALLY_FILE",
+    "TRACING_PROPERTY",
     "Shard",
     "Tally",
     "TallyCounter",
@@ -52,6 +54,9 @@ ENV_STRICT = "PYTEST_LBR_STRICT"
 #: The guest's results directory (the tally goes there).
 ENV_RESULTS = "PYTEST_LBR_RESULTS"
 TALLY_FILE = "tally.json"
+#: The user property the `lbr` fixture puts on a test's reports: the backend that
+#: traced it, or "unavailable".
+TRACING_PROPERTY = "lbr_tracing"
 #: The pid of the pytest process that writes the tally (set by the first one).
 ENV_TALLY_OWNER = "PYTEST_LBR_TALLY_OWNER"
 #: The kernel splats the guest's pytest saw, one `Splat.key` a line: the VM runner
@@ -128,6 +133,9 @@ class Tally:
     kernel_ran: int = 0
     """Kernel tests that ran (passed or failed), not skipped."""
     kernel_skipped: int = 0
+    traced: int = 0
+    """Tests that ran (passed or failed) with tracing: the `lbr` fixture handed them a
+    tracer, whether or not they are marked `kernel`."""
 
 
 def select(config: Any, items: list[Any]) -> None:
@@ -174,6 +182,7 @@ class TallyCounter:
     def __init__(self) -> None:
         self._outcome: dict[str, str] = {}
         self._kernel: set[str] = set()
+        self._traced: set[str] = set()
         # Only the guest's outermost session writes: the pytest sessions its tests
         # start (pytester, in this process or a child) inherit ENV_TALLY_OWNER and
         # would otherwise write their own counts over the run's while it goes on.
@@ -189,6 +198,10 @@ class TallyCounter:
             self._outcome[report.nodeid] = report.outcome
         if "kernel" in report.keywords:
             self._kernel.add(report.nodeid)
+        # The property the `lbr` fixture sets (session.py), carried by the report
+        # to the xdist controller too.
+        if any(k == TRACING_PROPERTY and v != "unavailable" for k, v in report.user_properties):
+            self._traced.add(report.nodeid)
 
     def tally(self) -> Tally:
         t = Tally()
@@ -199,6 +212,8 @@ class TallyCounter:
                     t.kernel_skipped += 1
                 else:
                     t.kernel_ran += 1
+            if nodeid in self._traced and outcome != "skipped":
+                t.traced += 1
         return t
 
     def write(self, results: Path) -> None:

@@ -141,9 +141,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # Its pytest_runtest_logreport sees every test's reports, on the xdist controller too.
     config.pluginmanager.register(guest.TallyCounter(), "lbr-tally")
     session = config.stash[SESSION_KEY] = LbrSession(config)
+    if session.enabled and not session.is_worker:
+        _check_install()
     # Registered as a plugin too, for pytest_runtest_logreport (which gets no config and
     # runs on the xdist controller for every worker's reports).
     config.pluginmanager.register(session, "lbr-session")
+
+
+def _check_install() -> None:
+    """Stop a tracing session whose install lacks the tracer object, in one line."""
+    from pytest_lbr.capture.tracer_object import install_problem
+
+    problem = install_problem()
+    if problem:
+        raise pytest.UsageError(f"pytest-lbr cannot trace fully: {problem}")
 
 
 def _session(config: pytest.Config) -> LbrSession:

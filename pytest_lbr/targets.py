@@ -68,7 +68,7 @@ def parse_target(target: Any) -> Target:
     if isinstance(target, bool):
         raise TargetError(f"bad target {target!r}: expected {_FORMS}")
     if isinstance(target, int):
-        return _prog_id(target, str(target))
+        return _prog_id(target, None)
     if isinstance(target, str):
         return _parse_str(target.strip())
     fd = getattr(target, "fd", None)
@@ -88,10 +88,26 @@ def parse_targets(targets: tuple[Any, ...] | list[Any]) -> list[Target]:
     return [parse_target(t) for t in targets]
 
 
-def _prog_id(value: int, spec: str) -> Target:
-    if value <= 0:
-        raise TargetError(f"bad target {spec!r}: a BPF program id is a positive integer")
+#: The largest BPF program id: the kernel's ids are u32 (`bpf_attr.prog_id`).
+MAX_PROG_ID = (1 << 32) - 1
+_ID_RANGE = f"a BPF program id is an integer from 1 to {MAX_PROG_ID}"
+
+
+def _prog_id(value: int, spec: str | None) -> Target:
+    """A program id target; `spec` is what the user wrote (None: the int `value`)."""
+    if not 0 < value <= MAX_PROG_ID:
+        raise TargetError(f"bad target {_quoted(spec, value)}: {_ID_RANGE}")
     return Target("prog", f"prog:{value}", prog_id=value)
+
+
+def _quoted(spec: str | None, value: int) -> str:
+    """The target as the user wrote it, cut to 40 characters for a one-line message."""
+    if spec is None:
+        # str() refuses ints of more than 4300 digits (sys.get_int_max_str_digits).
+        if value.bit_length() > 128:
+            return f"(an int of {value.bit_length()} bits)"
+        spec = str(value)
+    return repr(spec[:40]) + ("..." if len(spec) > 40 else "")
 
 
 def _is_id(text: str) -> bool:
@@ -103,9 +119,7 @@ def _parse_id(text: str, spec: str) -> Target:
     try:
         value = int(text)
     except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
-        raise TargetError(
-            f"bad target {spec[:40]!r}...: a BPF program id is a positive integer"
-        ) from None
+        raise TargetError(f"bad target {_quoted(spec, 0)}: {_ID_RANGE}") from None
     return _prog_id(value, spec)
 
 

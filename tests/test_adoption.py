@@ -230,7 +230,10 @@ def test_a_third_party_project_runs_in_both_guests(user: tuple[Path, Path]) -> N
             in text
         )
         assert f"[{kernel}] FAILED tests/test_counter.py::test_deliberately_skipped" in text
-        assert f"[vm] {kernel}: 3 passed, 1 failed, 0 skipped; kernel tests ran: 4 (exit 1;" in text
+        assert (
+            f"[vm] {kernel}: 3 passed, 1 failed, 0 skipped; ran with tracing: 2, "
+            "ran marked kernel: 4 (exit 1;" in text
+        )
         results = project / "lbr-results" / kernel
         assert (results / "junit.xml").exists() and (results / "dmesg.txt").exists()
         assert (results / "report" / "index.html").exists()

@@ -178,9 +178,7 @@ def test_only_capture_imports_the_backends() -> None:
 
 
 #: Modules allowed over the size limit for now, each with why.
-OVERSIZED = {
-    "vm.py",  # helper C splits vm.py
-}
+OVERSIZED: set[str] = set()
 MAX_LINES = 800
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import pytest_lbr
+from pytest_lbr.capture.tracer_object import object_arch
 from pytest_lbr.tracer import Tracer
 
 pytest_plugins = ["pytester"]
@@ -151,10 +152,9 @@ def test_not_root_skips_with_the_reason_or_errors_with_require(
             ("/sys/kernel",),
             "tracefs is not mounted; mount it: mount -t tracefs nodev /sys/kernel/tracing",
         ),
-        ("lbr", (str(Path(pytest_lbr.__file__).parent / "objects"),), "LBR tracer object missing "),
         ("lbr", ("LIBBPF",), "cannot load libbpf (libbpf.so.1): "),
     ],
-    ids=["no-btf", "no-tracefs", "tracer-not-built", "no-libbpf"],
+    ids=["no-btf", "no-tracefs", "no-libbpf"],
 )
 def test_missing_piece_is_one_line(
     shared_dir: Path, backend: str, hide: tuple[str, ...], reason: str
@@ -181,6 +181,71 @@ def test_missing_piece_is_one_line(
         else:
             the_line(out, "SKIPPED", reason)
         assert_clean(out)
+
+
+# -- a broken install ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["lbr", "graph"])
+def test_a_package_without_its_tracer_object_stops_at_session_start(
+    shared_dir: Path, backend: str
+) -> None:
+    """Regression: without its objects the install handed tests traces with no return
+    values (graph) or skipped them (lbr); now the session stops at its start."""
+    needs_unshare()
+    objects = Path(pytest_lbr.__file__).parent / "objects"
+    result = inner_pytest(shared_dir, "--lbr", f"--lbr-backend={backend}", hide=(str(objects),))
+    out = result.stdout + result.stderr
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, out
+    line = the_line(out, "ERROR: pytest-lbr cannot trace fully: ")
+    assert line.startswith(
+        f"ERROR: pytest-lbr cannot trace fully: LBR tracer object missing from this install: "
+        f"{objects}/lbr_tracer.{object_arch()}.bpf.o (reinstall pytest-lbr; in a source tree run: make -C bpf)"
+    ), line
+    assert "test_traced" not in out  # no test ran
+    assert_clean(out)
+    # Without --lbr the plugin checks nothing (and the test skips as always).
+    plain = inner_pytest(shared_dir, hide=(str(objects),))
+    assert plain.returncode == 0 and "1 skipped" in plain.stdout, plain.stdout + plain.stderr
+
+
+def test_python_m_pytest_in_a_checkout_without_objects_says_how_to_build_them(
+    tmp_path: Path,
+) -> None:
+    """`python -m pytest` in a source tree imports the tree's pytest_lbr (the working
+    directory is first on sys.path): without built objects it names the tree and the
+    fix; after `make -C bpf` (what ci/setup and pip install -e . do) it traces."""
+    if shutil.which("clang") is None or shutil.which("make") is None:
+        pytest.skip("clang and make build the tracer object")
+    checkout = tmp_path / "checkout"
+    shutil.copytree(
+        Path(pytest_lbr.__file__).parent,
+        checkout / "pytest_lbr",
+        ignore=shutil.ignore_patterns("objects", "__pycache__"),
+    )
+    shutil.copytree(ROOT / "bpf", checkout / "bpf", ignore=shutil.ignore_patterns("build"))
+    (checkout / "setup.py").write_text("")
+    (checkout / "test_inner.py").write_text(USES_LBR)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTEST_ADDOPTS")}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--lbr", "test_inner.py"]
+    run = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, out
+    assert the_line(out, "ERROR: pytest-lbr cannot trace fully: ") == (
+        f"ERROR: pytest-lbr cannot trace fully: pytest_lbr imported from the source tree "
+        f"{checkout} has no LBR tracer object ({checkout}/pytest_lbr/objects/lbr_tracer."
+        f"{object_arch()}.bpf.o): build it there (make -C {checkout}/bpf, or pip install -e {checkout}), "
+        f"or run the installed pytest-lbr (pytest, or python -P -m pytest)"
+    )
+    assert_clean(out)
+    subprocess.run(["make", "-s", "-C", str(checkout / "bpf")], check=True)
+    built = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
+    out = built.stdout + built.stderr
+    # Past the check: the test gets the tracing verdict of this machine (the host
+    # cannot trace: skipped, exit 125; a tracing kernel would run it).
+    assert "cannot trace fully" not in out, out
+    assert built.returncode in (125, 1), out
+    assert_clean(out)
 
 
 # -- options -------------------------------------------------------------------------

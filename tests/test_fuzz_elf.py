@@ -3,7 +3,9 @@
 Real objects (built here with cc, and tests/bpf/build/*.bpf.o when present)
 with bytes flipped and cut short: reading one gives symbols and frames or
 raises ElfError / DwarfError with one line, nothing else (no IndexError,
-struct.error, UnicodeDecodeError, hang).
+struct.error, UnicodeDecodeError, hang). Read as a debug vmlinux
+(`VmlinuxLines`), such a file gives frames or one VmlinuxError naming the file
+and the fix.
 PYTEST_LBR_FUZZ_EXAMPLES=N runs N cases per test (bench/README.md).
 """
 
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from pytest_lbr.symbols.dwarf import DwarfError, DwarfLines, Frame
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
+from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines
 from tests.fuzzing import fuzz_settings, report_runs
 
 SRC = Path(__file__).parent / "data" / "inline.c"
@@ -191,3 +194,62 @@ def test_unknown_dwarf_form_is_one_line(seeds: list[Seed], scratch: Path) -> Non
     assert ElfFunctions(path).return_type("compute") is None
     with pytest.raises(DwarfError, match=r"damaged DWARF \(KeyError"), DwarfLines(path) as dwarf:
         dwarf.lookup(seed.addrs)
+
+
+def _vmlinux_lines(path: Path, addrs: tuple[int, ...]) -> dict[int, tuple[Frame, ...]] | None:
+    """Frames of a damaged file read as a debug vmlinux (pyelftools: llvm-symbolizer
+    copes with more damage), or None after checking the one-line VmlinuxError."""
+    try:
+        vm = VmlinuxLines(path, use_llvm=False, cache=False)
+        found = vm.lookup(addrs)
+        vm.functions()
+        vm.symbol_address("compute")
+    except VmlinuxError as exc:
+        one_line(exc)
+        assert str(path) in str(exc)
+        return None
+    return found
+
+
+@fuzz_settings(150)
+@given(data=st.data())
+def test_damaged_debug_vmlinux_frames_or_one_line_error(
+    seeds: list[Seed], scratch: Path, data: st.DataObject
+) -> None:
+    RUNS["test_damaged_debug_vmlinux_frames_or_one_line_error"] += 1
+    dwarf_seeds = [s for s in seeds if s.name.startswith("inline")]
+    if not dwarf_seeds:
+        pytest.skip("no cc: no object with DWARF lines to damage")
+    seed = data.draw(st.sampled_from(dwarf_seeds))
+    found = _vmlinux_lines(write(scratch, data.draw(damage(seed))), seed.addrs)
+    for frames in (found or {}).values():
+        assert all(isinstance(f, Frame) and isinstance(f.line, int) for f in frames)
+
+
+def test_damaged_debug_vmlinux_is_one_error_naming_the_file_and_the_fix(
+    seeds: list[Seed], scratch: Path
+) -> None:
+    """Regression: a zeroed .debug_aranges length made `VmlinuxLines.lookup` raise
+    DwarfError (AssertionError inside pyelftools) into the trace being symbolized."""
+    from elftools.elf.elffile import ELFFile
+
+    seed = next((s for s in seeds if s.name.startswith("inline")), None)
+    if seed is None:
+        pytest.skip("no cc: no object with DWARF to damage")
+    path = write(scratch, seed.data)
+    assert _vmlinux_lines(path, seed.addrs)  # undamaged: frames
+    with open(path, "rb") as f:
+        aranges = ELFFile(f).get_section_by_name(".debug_aranges")["sh_offset"]
+    damaged = bytearray(seed.data)
+    damaged[aranges] = 0  # the first unit's length
+    path = write(scratch, bytes(damaged))
+    vm = VmlinuxLines(path, use_llvm=False, cache=False)
+    with pytest.raises(VmlinuxError) as info:
+        vm.lookup(seed.addrs)
+    message = str(info.value)
+    assert message.startswith(f"{path}: damaged DWARF (AssertionError"), message
+    assert message.endswith(
+        ": this debug vmlinux is damaged or unreadable; replace it (delete it, then "
+        "pytest-lbr fetch-vmlinux, or reinstall the kernel's -dbg package)"
+    ), message
+    one_line(info.value)

@@ -2,7 +2,8 @@
 
 A record is bytes from the kernel: whatever they hold (any length, any
 `nr_entries`), decoding gives a RawHit with at most `max_entries` branches or
-raises CaptureError with one line, nothing else.
+raises CaptureError with one line, nothing else. A record that is not exactly
+one `struct lbr_hit` is refused, never padded.
 PYTEST_LBR_FUZZ_EXAMPLES=N runs N cases per test (bench/README.md).
 """
 
@@ -36,20 +37,25 @@ LAYOUT = real_layout()
 
 
 def record(layout: TracerLayout, nr_entries: int, record_type: int, tail: bytes) -> bytes:
-    """A record of `layout` with the given header fields, then arbitrary bytes."""
+    """A whole record of `layout` with the given header fields, then arbitrary bytes
+    (cut or zero-filled to the record's size)."""
     rec: Any = hit_record_type(layout.max_entries)(
         type=record_type, nr_entries=nr_entries, flags=0xFFFFFFFF, retval=-1
     )
     head = bytes(rec)[: type(rec).nr_entries.offset + 8]
-    return head + tail
+    size = ctypes.sizeof(rec)
+    return (head + tail)[:size].ljust(size, b"\0")
 
 
 def check(data: bytes, layout: TracerLayout) -> None:
+    whole = len(data) == ctypes.sizeof(hit_record_type(layout.max_entries))
     try:
         hit = decode_record(data, layout)
     except CaptureError as exc:
         assert "\n" not in str(exc)
+        assert not whole or "unknown record type" in str(exc), exc
         return
+    assert whole, f"a {len(data)}-byte record decoded"
     assert isinstance(hit, RawHit)
     assert len(hit.entries) <= layout.max_entries
     assert all(0 <= v < 1 << 64 for e in hit.entries for v in e)
@@ -82,3 +88,27 @@ def test_any_nr_entries_decodes_to_at_most_max_entries(
         LAYOUT.constants, ctypes.sizeof(hit_record_type(max_entries)), max_entries
     )
     check(record(layout, nr_entries, record_type, tail), layout)
+
+
+@fuzz_settings(300)
+@given(st.integers(min_value=1, max_value=LAYOUT.hit_size), st.binary(max_size=64))
+@example(1, b"")
+@example(LAYOUT.hit_size, b"")
+@example(24, b"")  # the last branch entry cut off
+def test_a_short_or_long_record_is_refused(cut: int, extra: bytes) -> None:
+    """Regression: a short record was zero-filled into a hit with retval 0 and
+    fewer branches than the kernel recorded."""
+    RUNS["test_a_short_or_long_record_is_refused"] += 1
+    whole = record(LAYOUT, LAYOUT.max_entries, LAYOUT.constants["LBR_RECORD_HIT"], b"\x11" * 2000)
+    assert decode_record(whole, LAYOUT).retval is not None  # the whole record decodes
+    for data in (whole[:-cut], whole + bytes([cut & 0xFF]) + extra):
+        try:
+            decode_record(data, LAYOUT)
+        except CaptureError as exc:
+            assert str(exc) == (
+                f"LBR tracer sent a {len(data)}-byte record; struct lbr_hit is "
+                f"{len(whole)} bytes (the tracer object and this pytest-lbr disagree: "
+                f"reinstall pytest-lbr)"
+            )
+        else:
+            raise AssertionError(f"a {len(data)}-byte record decoded")

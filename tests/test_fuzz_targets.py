@@ -74,6 +74,7 @@ def check(target: Any) -> None:
             parsed.pin_path,
         ]
         assert sum(f is not None for f in set_fields) == 1
+        assert parsed.prog_id is None or 0 < parsed.prog_id < 1 << 32
 
 
 @fuzz_settings(2000)
@@ -82,6 +83,9 @@ def check(target: Any) -> None:
 @example("²")
 @example("9" * 5000)  # more digits than int() converts
 @example("prog:" + "9" * 5000)
+@example(1 << 32)  # the kernel's program ids are u32
+@example("prog:4294967296")
+@example(1 << 5000)  # str() refuses it
 def test_target_parses_or_is_one_line_error(target: Any) -> None:
     RUNS["test_target_parses_or_is_one_line_error"] += 1
     check(target)
@@ -105,3 +109,14 @@ def test_unicode_and_overlong_digits_are_target_errors() -> None:
         with pytest.raises(TargetError, match="bad target"):
             parse_target(bad)
     assert parse_target("prog:42").prog_id == 42
+
+
+@fuzz_settings(300)
+@given(st.integers(min_value=1 << 32, max_value=1 << 200), st.sampled_from(["", "prog:", "int"]))
+def test_program_ids_past_u32_are_refused(value: int, form: str) -> None:
+    """Regression: ids above 2**32 were accepted; the kernel's ids are u32."""
+    RUNS["test_program_ids_past_u32_are_refused"] += 1
+    with pytest.raises(TargetError, match=r"a BPF program id is an integer from 1 to 4294967295$"):
+        parse_target(value if form == "int" else f"{form}{value}")
+    low = value % (1 << 32) or 1
+    assert parse_target(low).prog_id == low

@@ -117,6 +117,7 @@ def test_passes_then_teardown_fails(broken):
         "skipped": 2,
         "kernel_ran": 3,
         "kernel_skipped": 1,
+        "traced": 0,  # no test here used the lbr fixture (the guest test counts one)
     }
 
 

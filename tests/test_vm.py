@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr import vm
+from pytest_lbr import vm, vm_plan, vm_run
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,
     EXIT_SKIP,
@@ -30,6 +31,7 @@ from pytest_lbr.vm import (
 from tests.commands import PYTEST_LBR
 
 VM = [PYTEST_LBR, "vm"]
+DATA = Path(__file__).parent / "data"
 
 #: With `-n 2 --dist loadgroup` (ci/test) the tests that boot guests share one worker.
 pytestmark = pytest.mark.xdist_group("guests")
@@ -92,13 +94,13 @@ def _plan(kvm: bool, label: str, cpus: int | None = None) -> vm.VmPlan:
 def test_kvm_guests_get_two_vcpus_and_lbr_passthrough_as_one_word(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: ([], "host CPU is not Intel"))
+    monkeypatch.setattr(vm_plan, "lbr_passthrough_opts", lambda: ([], "host CPU is not Intel"))
     plan = _plan(True, "6.12")
     assert plan.command[plan.command.index("--cpus") + 1] == "2"
     assert not [a for a in plan.command if a.startswith("--qemu-opts")]
     assert "--disable-kvm" not in plan.command and plan.host_cpus == 2
     lbr = (["-cpu", "host,pmu=on,lbr-fmt=0x5"], "LBR passthrough lbr-fmt=0x5")
-    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: lbr)
+    monkeypatch.setattr(vm_plan, "lbr_passthrough_opts", lambda: lbr)
     assert "--qemu-opts=-cpu host,pmu=on,lbr-fmt=0x5" in _plan(True, "6.12").command
 
 
@@ -110,7 +112,7 @@ def test_guests_at_once_count_host_threads_not_vcpus(
 ) -> None:
     """On 2 cores: TCG guests (one TCG thread each, whatever their vCPUs) side by side,
     KVM guests of two vCPUs one at a time."""
-    monkeypatch.setattr(vm, "lbr_passthrough_opts", lambda: ([], "no LBR"))
+    monkeypatch.setattr(vm_plan, "lbr_passthrough_opts", lambda: ([], "no LBR"))
     monkeypatch.setattr(
         vm, "_plans", lambda args, _: [_plan(kvm, k, cpus) for k in ("6.1", "6.12")]
     )
@@ -219,6 +221,7 @@ def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
     assert out.returncode == EXIT_NO_GUEST
     assert "failed to boot" in out.stderr or "did not boot" in out.stderr, out.stderr
     assert "vmlinuz-bogus: no result:" in out.stderr
+    assert "\x1b" not in out.stderr  # the console tail is quoted without escape codes
     assert time.monotonic() - start < 120
     # Under --bisect a kernel that does not boot is "cannot test" (125), never "bad".
     out = _run(
@@ -245,27 +248,160 @@ def test_hung_boot_is_killed_within_the_boot_timeout(tmp_path: Path) -> None:
     assert time.monotonic() - start < 60
 
 
+GUEST_SUITE = """
+import os
+
+def test_root_in_guest_with_the_environment_given():
+    assert os.geteuid() == 0 and os.environ["PYTEST_LBR_GUEST"] == "1"
+    # --env NAME=VALUE, --env NAME (the host's value), and the host's PYTEST_* only
+    assert os.environ["GIVEN"] == "a value with spaces, 'quotes' and = signs"
+    assert os.environ["FROM_HOST"] == "from the host"
+    assert os.environ["PYTEST_ADDOPTS"] == ADDOPTS
+    assert "NOT_GIVEN" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ
+
+def test_fails():
+    assert 1 == 2
+
+def test_traces_without_the_kernel_marker(lbr):
+    # --lbr came from PYTEST_ADDOPTS: the tally counts this test as traced
+    with lbr.trace("kfunc:vfs_write") as trace:
+        with open("/dev/null", "w") as f:
+            f.write("x")
+    assert trace.hits
+
+def test_deselected_by_addopts():
+    raise AssertionError("PYTEST_ADDOPTS did not reach the guest")
+"""
+
+
 def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path: Path) -> None:
+    """One guest: pytest's status and node ids as on the host, the environment the
+    guest gets (--env, PYTEST_ADDOPTS), and the summary line counting traced tests."""
     _kernel_or_skip("6.1")
     suite = tmp_path / "project"
     (suite / "tests").mkdir(parents=True)
-    (suite / "tests" / "test_guest.py").write_text(
-        "import os\n"
-        "def test_root_in_guest():\n"
-        "    assert os.geteuid() == 0 and os.environ['PYTEST_LBR_GUEST'] == '1'\n"
-        "def test_fails():\n    assert 1 == 2\n"
+    addopts = "--lbr --deselect tests/test_guest.py::test_deselected_by_addopts"
+    (suite / "tests" / "test_guest.py").write_text(f"ADDOPTS = {addopts!r}\n{GUEST_SUITE}")
+    env = {
+        **os.environ,
+        "PYTEST_ADDOPTS": addopts,
+        "FROM_HOST": "from the host",
+        "NOT_GIVEN": "stays on the host",
+    }
+    given = "GIVEN=a value with spaces, 'quotes' and = signs"
+    out = subprocess.run(
+        [*VM, "--kernel", "6.1", "--tcg", "--env", given, "-e", "FROM_HOST", "-e", "UNSET_HERE"]
+        + ["--", "tests", "-q", "-rA"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=suite,
+        env=env,
     )
-    out = _run("--kernel", "6.1", "--tcg", "--", "tests", "-q", "-rA", cwd=suite, timeout=900)
-    assert out.returncode == 1, out.stdout[-2000:] + out.stderr
-    assert "1 failed, 1 passed" in out.stdout
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+    assert "1 failed, 2 passed, 1 deselected" in out.stdout
     # node ids as on the host: relative to the caller's directory
     assert "FAILED tests/test_guest.py::test_fails" in out.stdout
+    assert "PASSED tests/test_guest.py::test_root_in_guest_with_the_environment_given" in out.stdout
+    assert "[vm] --env UNSET_HERE: not set here, so not set in the guest" in out.stderr
+    assert "[vm] 6.1: environment from here: FROM_HOST, GIVEN, PYTEST_ADDOPTS" in out.stderr
     results = suite / "lbr-results" / "6.1"
     assert (results / "dmesg.txt").stat().st_size > 0
     assert (results / "junit.xml").exists()
+    assert not (results / vm.GUEST_ENV_FILE).exists()  # the guest read and deleted it
     tally = json.loads((results / "tally.json").read_text())
-    assert (tally["passed"], tally["failed"], tally["skipped"]) == (1, 1, 0)
-    assert "[vm] 6.1: 1 passed, 1 failed, 0 skipped; kernel tests ran: 0 (exit 1;" in out.stderr
+    assert (tally["passed"], tally["failed"], tally["skipped"], tally["traced"]) == (2, 1, 0, 1)
+    assert (
+        "[vm] 6.1: 2 passed, 1 failed, 0 skipped; ran with tracing: 1, ran marked kernel: 0 "
+        "(exit 1;" in out.stderr
+    )
+
+
+def test_the_guest_gets_the_pytest_variables_and_env_options_only() -> None:
+    host = {
+        "HOME": "/root",
+        "TOKEN": "secret",
+        "MYFLAG": "1",
+        "PYTEST_ADDOPTS": "-x",
+        "PYTEST_PLUGINS": "myplugin",
+        "PYTEST_LBR_FUZZ_EXAMPLES": "5",
+        # pytest's and xdist's per-process state, and what the guest sets itself
+        "PYTEST_CURRENT_TEST": "tests/test_vm.py::t (call)",
+        "PYTEST_XDIST_WORKER": "gw0",
+        "PYTEST_LBR_GUEST": "1",
+        "PYTEST_LBR_RESULTS": "/somewhere",
+    }
+    wanted = [("MYFLAG", None), ("OTHER", "a b"), ("MISSING", None), ("PYTEST_ADDOPTS", "-q")]
+    env, unset = vm.guest_environment(host, wanted)
+    assert env == {
+        "PYTEST_ADDOPTS": "-q",  # --env wins over the host's
+        "PYTEST_PLUGINS": "myplugin",
+        "PYTEST_LBR_FUZZ_EXAMPLES": "5",
+        "MYFLAG": "1",
+        "OTHER": "a b",
+    }
+    assert unset == ["MISSING"]
+    assert vm.env_option("A=") == ("A", "") and vm.env_option("A") == ("A", None)
+
+
+def test_a_bad_env_option_is_a_usage_error_and_values_stay_off_the_command_line(
+    tmp_path: Path,
+) -> None:
+    _kernel_or_skip("6.12")
+    bad = _run("--kernel", "6.12", "--dry-run", "--env", "1X=y", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().endswith(
+        "error: argument --env/-e: expected NAME=VALUE or NAME (letters, digits, _)"
+    ), bad.stderr
+    out = _run("--kernel", "6.12", "--tcg", "--dry-run", "--env", "TOKEN=s3cret", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    # vng puts --exec on the kernel command line (short, and visible in the guest's
+    # /proc/cmdline): values travel in a file of the results directory instead.
+    assert "s3cret" not in out.stdout and "TOKEN" not in out.stdout
+
+
+def test_kvm_failure_is_kvms_own_line_without_escape_codes() -> None:
+    """Real QEMU output on this machine (-cpu qemu64 and -cpu host, 6.12 kernel,
+    2026-11-26): the firmware's screen starts with escape codes, KVM's error is on
+    stderr, and the probe was killed at its timeout."""
+    console = (DATA / "kvm-probe-emulation-failure.console").read_bytes().decode()
+    stderr = (DATA / "kvm-probe-emulation-failure.stderr").read_bytes().decode()
+    assert console.startswith("\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS")  # what was quoted before
+    reason = vm.kvm_failure(console, stderr, timed_out=20.0)
+    assert reason == "KVM internal error. Suberror: 1 (emulation failure)"
+    msr = (DATA / "kvm-probe-msr.stderr").read_bytes().decode()
+    assert vm.kvm_failure("", msr) == "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69"
+    assert vm.kvm_failure(console, "", timed_out=20.0) == "no kernel output within 20s"
+    assert vm.kvm_failure(console, "") == "SeaBIOS (version 1.16.2-debian-1.16.2-1)"
+    assert vm.kvm_failure("", "") == "QEMU exited without output"
+    clean = vm.strip_escapes(console)
+    assert "\x1b" not in clean and "\r" not in clean
+    assert clean.startswith("SeaBIOS (version 1.16.2-debian-1.16.2-1)\n")
+    assert "Booting from ROM..." in clean.splitlines()
+
+
+def test_the_kvm_probe_here_names_the_error_it_met(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real probe on this machine, not from a cache: one line, no escape codes."""
+    kernel = _kernel_or_skip("6.12")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    usable, why = vm.kvm_usable(kernel)
+    assert "\n" not in why and not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", why), repr(why)
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        assert (usable, why) == (False, "/dev/kvm missing or not accessible")
+        return
+    if usable:
+        assert why == "KVM boots a stock kernel"
+    else:
+        # This machine: "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69".
+        assert re.match(
+            r"KVM cannot boot a stock kernel here: "
+            r"(KVM internal error\. |qemu-system-x86_64: |no kernel output within )",
+            why,
+        ), why
+    saved = json.loads(next((tmp_path / "pytest-lbr").glob("kvm-probe-*.json")).read_text())
+    assert saved == {"usable": usable, "why": why}
 
 
 def test_busy_results_dir_is_not_shared(tmp_path: Path) -> None:
@@ -294,6 +430,7 @@ def test_cli_lists_vm(tmp_path: Path) -> None:
     assert out.returncode == 0 and "vm" in out.stdout
     help_ = _run("--help", cwd=tmp_path)
     assert help_.returncode == 0 and "--kernel K" in help_.stdout and "--shard I/N" in help_.stdout
+    assert "--env NAME[=VALUE]" in help_.stdout and "PYTEST_ADDOPTS" in help_.stdout
     assert os.listdir(tmp_path) == []
 
 
@@ -320,7 +457,7 @@ def test_guest_output_is_echoed_in_whole_prefixed_lines(
     import io
 
     console = io.BytesIO()
-    echo = vm._Echo(console, "[6.1] ", hold=1000)
+    echo = vm_run._Echo(console, "[6.1] ", hold=1000)
     echo.feed(b"..")  # pytest -q's dots: no newline yet
     assert capfdbinary.readouterr().out == b""
     echo.feed(b"..\nxy")
@@ -331,7 +468,7 @@ def test_guest_output_is_echoed_in_whole_prefixed_lines(
     assert capfdbinary.readouterr().out == b""
     assert console.getvalue() == b"....\nxy"  # the log gets the bytes as they came
     # A partial line held past `hold` seconds is shown anyway: progress stays visible.
-    impatient = vm._Echo(io.BytesIO(), "[6.12] ", hold=0)
+    impatient = vm_run._Echo(io.BytesIO(), "[6.12] ", hold=0)
     impatient.feed(b"...")
     impatient.feed(b"")
     assert capfdbinary.readouterr().out == b"[6.12] ...\n"

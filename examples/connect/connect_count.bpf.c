@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Count connect(2) calls per process at the syscalls/sys_enter_connect
  * tracepoint: the kind of program a connection monitor starts from. */
 #include <linux/bpf.h>
@@ -26,4 +26,4 @@ int count_connect(void *ctx)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

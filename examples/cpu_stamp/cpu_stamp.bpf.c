@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Spread packets over per-CPU counters: the program calls
  * bpf_get_smp_processor_id() for every packet. On 6.1 that is a call into
  * the kernel; since 6.10 the x86-64 verifier inlines it (a per-CPU load), so
@@ -28,4 +28,4 @@ int cpu_stamp(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

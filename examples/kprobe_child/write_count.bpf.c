@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Count write(2)s per process: a kprobe on vfs_write, which every write goes
  * through, whoever makes it. BPF programs see every process; this one keeps a
  * counter per process id (tgid) and filters nothing (examples/kprobe_child). */
@@ -27,4 +27,4 @@ int write_count(void *ctx)
 	return 0;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

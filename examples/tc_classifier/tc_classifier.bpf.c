@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* A tc (sched_cls, direct-action) egress classifier: look the destination port
  * up in a hash map, put the packet in that tc class and re-mark its DSCP,
  * fixing the IPv4 header checksum. */
@@ -63,4 +63,4 @@ int tc_classifier(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

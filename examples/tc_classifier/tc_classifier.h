@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Constants and map records shared by tc_classifier.bpf.c and its tests. */
 #ifndef TC_CLASSIFIER_H
 #define TC_CLASSIFIER_H

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Count the UDP packets to one port that arrive on an interface, checking each
  * IPv4 header's checksum on the way, and let every packet through (XDP_PASS).
  * Attached for real to a veth end (examples/veth_xdp): it runs where the
@@ -56,4 +56,4 @@ int veth_xdp(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

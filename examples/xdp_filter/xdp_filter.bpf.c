@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* An XDP ingress filter: drop denied IPv4 sources and packets with a bad
  * header checksum, count bytes per source, and decapsulate VXLAN. */
 #include <linux/bpf.h>
@@ -111,4 +111,4 @@ int xdp_filter(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Constants and map records shared by xdp_filter.bpf.c and its tests. */
 #ifndef XDP_FILTER_H
 #define XDP_FILTER_H

@@ -82,10 +82,22 @@ class RawHit:
 
 
 def decode_record(data: bytes, layout: TracerLayout | None = None) -> RawHit:
-    """One ring buffer record as a RawHit (the layout of the object that sent it)."""
+    """One ring buffer record as a RawHit (the layout of the object that sent it).
+
+    The tracer reserves whole `struct lbr_hit`s, so a record of any other size
+    was not sent by that object: CaptureError (one line), never a guess.
+    """
     layout = layout or tracer_layout()
     record = hit_record_type(layout.max_entries)
-    rec: Any = record.from_buffer_copy(data.ljust(ctypes.sizeof(record), b"\0"))
+    size = ctypes.sizeof(record)
+    if len(data) != size:
+        # Zero-padding a short record would invent fields (a retval of 0, no
+        # branches); a longer one comes from a tracer of another layout.
+        raise CaptureError(
+            f"LBR tracer sent a {len(data)}-byte record; struct lbr_hit is {size} bytes "
+            f"(the tracer object and this pytest-lbr disagree: reinstall pytest-lbr)"
+        )
+    rec: Any = record.from_buffer_copy(data)
     if rec.type != layout.constants["LBR_RECORD_HIT"]:
         raise CaptureError(f"LBR tracer sent an unknown record type {rec.type}")
     n = min(rec.nr_entries, layout.max_entries)

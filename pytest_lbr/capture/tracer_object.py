@@ -28,6 +28,7 @@ __all__ = [
     "TracerLayout",
     "clang_version",
     "clang_version_problem",
+    "install_problem",
     "object_arch",
     "tracer_layout",
     "tracer_not_built",
@@ -171,3 +172,31 @@ def tracer_not_built(missing: str) -> str:
     )
     problem = clang_version_problem(clang_version())
     return f"{msg}; {problem}" if problem else msg
+
+
+def install_problem(machine: str | None = None) -> str:
+    """Why this install cannot trace fully (one line with the fix), or "" when it can.
+
+    Without the tracer object the graph backend still records calls, but no
+    return values (its fexit hooks are this object) and the LBR backend nothing:
+    a session must stop at its start rather than hand such traces to tests.
+    """
+    try:
+        tracer_object(machine)
+    except FileNotFoundError as exc:
+        missing = str(exc.filename)
+    else:
+        return ""
+    package = Path(str(resources.files("pytest_lbr")))
+    checkout = package.parent
+    if (checkout / "setup.py").is_file() and (checkout / "bpf" / "Makefile").is_file():
+        # `python -m pytest` in a checkout imports the checkout's pytest_lbr (the
+        # working directory comes first on sys.path), whose objects are built only
+        # by `make -C bpf` or an editable install.
+        return (
+            f"pytest_lbr imported from the source tree {checkout} has no LBR tracer "
+            f"object ({missing}): build it there (make -C {checkout / 'bpf'}, or pip "
+            f"install -e {checkout}), or run the installed pytest-lbr (pytest, or python "
+            f"-P -m pytest)"
+        )
+    return tracer_not_built(missing)

@@ -10,13 +10,14 @@ Both paths give the same frames (tests/test_vmlinux_symbolize.py).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import shutil
 import struct
 import subprocess
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from random import Random
@@ -261,7 +262,14 @@ class VmlinuxLines:
         return self._symtab_data
 
     def functions(self) -> tuple[list[int], list[int], list[str]]:
-        """FUNC symbols of the ELF symbol table: sorted starts, sizes, names."""
+        """FUNC symbols of the ELF symbol table: sorted starts, sizes, names.
+
+        VmlinuxError (one line, with the fix) when the symbol table is damaged.
+        """
+        with self._damage_is_one_line():
+            return self._functions()
+
+    def _functions(self) -> tuple[list[int], list[int], list[str]]:
         if self._funcs is None:
             starts: list[int] = []
             sizes: list[int] = []
@@ -284,6 +292,10 @@ class VmlinuxLines:
 
     def symbol_address(self, name: str) -> int | None:
         """The address of a symbol (any type) in the ELF symbol table."""
+        with self._damage_is_one_line():
+            return self._symbol_address(name)
+
+    def _symbol_address(self, name: str) -> int | None:
         raw = self._symtab_raw
         if raw is None:
             return None
@@ -309,8 +321,32 @@ class VmlinuxLines:
 
     # -- lines -------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _damage_is_one_line(self) -> Iterator[None]:
+        """Turn what a damaged file makes the readers raise into one VmlinuxError
+        naming the file and the fix (pyelftools and struct trust every size in it)."""
+        try:
+            yield
+        except VmlinuxError:
+            raise
+        except (DwarfError, struct.error, ValueError, IndexError, OSError) as exc:
+            detail = str(exc) if isinstance(exc, DwarfError) else f"{self.path}: {exc!r}"
+            raise VmlinuxError(
+                f"{' '.join(detail.split())[:300]}: this debug vmlinux is damaged or "
+                f"unreadable; replace it (delete it, then pytest-lbr fetch-vmlinux, or "
+                f"reinstall the kernel's -dbg package)"
+            ) from None
+
     def lookup(self, addrs: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
-        """Frames (innermost first) for ELF addresses; () where DWARF has nothing."""
+        """Frames (innermost first) for ELF addresses; () where DWARF has nothing.
+
+        VmlinuxError (one line naming the file and the fix) when the file's DWARF
+        or symbol table is damaged.
+        """
+        with self._damage_is_one_line():
+            return self._lookup(addrs)
+
+    def _lookup(self, addrs: Iterable[int]) -> dict[int, tuple[Frame, ...]]:
         if self._table is None:
             self._table = self._cache.table() if self._cache else FrameTable()
         with gc_paused():

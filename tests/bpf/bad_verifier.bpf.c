@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Compiles, but the verifier rejects it: it reads the packet without checking
  * data_end. Used to test that a load failure carries the verifier log. */
 #include <linux/bpf.h>
@@ -12,4 +12,4 @@ int bad_access(struct xdp_md *ctx)
 	return data[0] == 1 ? XDP_DROP : XDP_PASS;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* XDP programs calling real helpers, for the harness and tracing tests.
  * See tests/bpf/README for what each program does. */
 #include <linux/bpf.h>
@@ -108,4 +108,4 @@ int xdp_pass_with_a_long_name(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

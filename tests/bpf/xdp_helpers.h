@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: Apache-2.0 */
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Constants shared by xdp_helpers.bpf.c and tests/test_harness.py. */
 #ifndef XDP_HELPERS_H
 #define XDP_HELPERS_H

@@ -1,0 +1,246 @@
+"""Running a planned guest and reading how it ended.
+
+`run_vm` starts vng, echoes the guest's output (whole prefixed lines when several
+run at once), kills a guest that does not boot or hangs, and returns the status
+the guest side wrote: that file is the status channel, so a guest that never got
+there (no boot, panic, hang) is told apart from a failing test. `GuestResult`,
+`worst_status` and `unreported_splats` turn the guests' ends into one summary.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from pytest_lbr.guest import SPLATS_FILE, Tally, read_noted_splats
+from pytest_lbr.kernel.kmsg import Splat, find_splats
+from pytest_lbr.vm_env import write_guest_env
+from pytest_lbr.vm_host import strip_escapes
+from pytest_lbr.vm_messages import PRINT_LOCK, VmError
+from pytest_lbr.vm_plan import VmPlan
+
+__all__ = [
+    "EXIT_NO_GUEST",
+    "EXIT_SKIP",
+    "STARTED",
+    "STATUS",
+    "GuestResult",
+    "bisect_status",
+    "run_vm",
+    "stop_guests",
+    "unreported_splats",
+    "worst_status",
+]
+
+#: Files of the results directory the guest side writes: that it started, its status.
+STARTED = "started"
+STATUS = "status"
+#: Exit status when a guest never reported one (no boot, panic, hang, a tool missing).
+#: Not one of pytest's own (0-5), so a caller can tell "the guest never ran" apart.
+EXIT_NO_GUEST = 6
+#: `git bisect run`'s "cannot test this commit": every infrastructure failure under --bisect.
+EXIT_SKIP = 125
+
+
+class _Echo:
+    """Copies what a guest prints to its console log and to stdout.
+
+    With a prefix (several guests at once) whole lines are echoed, each prefixed,
+    so guests' lines never interleave mid-line; a partial line (pytest -q's dots)
+    waiting longer than `hold` seconds is echoed anyway, so progress shows.
+    """
+
+    def __init__(self, console: BinaryIO, prefix: str | None, hold: float = 5.0) -> None:
+        self.console = console
+        self.prefix = prefix.encode() if prefix is not None else None
+        self.hold = hold
+        self._partial = b""
+        self._since = 0.0
+
+    def feed(self, chunk: bytes, final: bool = False) -> None:
+        """Take one chunk of output; `final` flushes a last unterminated line."""
+        if chunk:
+            self.console.write(chunk)
+            self.console.flush()  # the log is how one follows a long run
+        if self.prefix is None:
+            self._write(chunk)
+            return
+        lines = (self._partial + chunk).splitlines(keepends=True)
+        keep = b"" if not lines or lines[-1].endswith(b"\n") else lines.pop()
+        if keep and not self._partial:
+            self._since = time.monotonic()
+        self._partial = keep
+        if self._partial and (final or time.monotonic() - self._since > self.hold):
+            lines.append(self._partial + b"\n")
+            self._partial = b""
+        self._write(b"".join(self.prefix + line for line in lines))
+
+    def _write(self, out: bytes) -> None:
+        if out:
+            with PRINT_LOCK:
+                sys.stdout.buffer.write(out)
+                sys.stdout.flush()
+
+
+def run_vm(
+    plan: VmPlan,
+    *,
+    timeout: float = 1500.0,
+    boot_timeout: float = 300.0,
+    prefix: str | None = None,
+) -> int:
+    """Run the plan; return the guest command's exit status.
+
+    Raises VmError (with the console tail) when the guest never reports a status:
+    it did not start within `boot_timeout`, panicked, or ran past `timeout`.
+    """
+    plan.results.mkdir(parents=True, exist_ok=True)
+    for point in plan.mount_points:
+        try:
+            point.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise VmError(
+                f"cannot make the mount point {point} in the guest root: {exc.strerror} "
+                "(run as the root's owner, or make it once with mkdir -p)"
+            ) from None
+    for name in (STARTED, STATUS, SPLATS_FILE):
+        (plan.results / name).unlink(missing_ok=True)
+    write_guest_env(plan.results, plan.env)
+    console_path = plan.results / "console.log"
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    start = time.monotonic()
+    with open(console_path, "wb") as console:
+        proc = subprocess.Popen(
+            plan.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        echo = _Echo(console, prefix)
+        why = ""
+        _guests.add(proc.pid)
+        try:
+            while True:
+                echo.feed(proc.stdout.read() or b"")
+                if proc.poll() is not None:
+                    echo.feed(proc.stdout.read() or b"", final=True)
+                    break
+                elapsed = time.monotonic() - start
+                if elapsed > boot_timeout and not (plan.results / STARTED).exists():
+                    why = f"guest did not boot within {boot_timeout:.0f}s"
+                elif elapsed > timeout:
+                    why = f"guest ran past the {timeout:.0f}s limit (hang?)"
+                if why:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    echo.feed(b"", final=True)
+                    break
+                time.sleep(0.2)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: nothing else stops it
+            raise
+        finally:
+            _guests.discard(proc.pid)
+    status_file = plan.results / STATUS
+    if status_file.exists():
+        return int(status_file.read_text().strip() or EXIT_NO_GUEST)
+    if not why:
+        started = (plan.results / STARTED).exists()
+        why = f"guest exited (vng status {proc.returncode}) without reporting a status: " + (
+            "it panicked or was killed mid-run" if started else "it failed to boot"
+        )
+    # Quoted in a message: the console's escape codes (firmware, kernel) left out.
+    text = strip_escapes(console_path.read_bytes().decode(errors="replace"))
+    tail = text.strip().splitlines()[-15:]
+    hint = (
+        ""
+        if "--verbose" in plan.command
+        else " (rerun with --kernel-log to see the kernel console)"
+    )
+    raise VmError(f"{plan.label}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail))
+
+
+#: Process groups of the guests running now. Each runs in its own session, so Ctrl-C
+#: (or a stopped `pytest-lbr bisect`) reaches only this process, which must stop them.
+_guests: set[int] = set()
+
+
+def stop_guests() -> None:
+    """Kill every guest still running (on Ctrl-C)."""
+    for group in list(_guests):
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class GuestResult:
+    """How one kernel's guest ended."""
+
+    label: str
+    status: int
+    results: Path
+    tally: Tally | None = None
+    error: str = ""
+    #: Why the guest failed though its command passed (a kernel splat pytest did not see).
+    note: str = ""
+
+    def line(self) -> str:
+        """One summary line: counts, and the exit status."""
+        if self.error:
+            return f"{self.label}: no result: {self.error.splitlines()[0]} (exit {self.status})"
+        note = f"; {self.note}" if self.note else ""
+        if self.tally is None:
+            return f"{self.label}: exit {self.status} (results in {self.results}){note}"
+        t = self.tally
+        # Both counts say what they count: a suite whose tests use the `lbr` fixture
+        # without the kernel marker traced, though no kernel-marked test ran.
+        return (
+            f"{self.label}: {t.passed} passed, {t.failed} failed, {t.skipped} skipped; "
+            f"ran with tracing: {t.traced}, ran marked kernel: {t.kernel_ran} "
+            f"(exit {self.status}; results in {self.results})" + note
+        )
+
+
+#: From best to worst: a run's status is its worst guest's.
+_SEVERITY = [0, 5, 1, 2, 4, 3]
+
+
+def worst_status(statuses: Sequence[int]) -> int:
+    """The status that says most: any failure beats success, a missing guest beats all."""
+    if not statuses:
+        return EXIT_NO_GUEST
+
+    def rank(status: int) -> int:
+        return _SEVERITY.index(status) if status in _SEVERITY else len(_SEVERITY)
+
+    return max(statuses, key=rank)
+
+
+def unreported_splats(results: Path) -> list[Splat]:
+    """Kernel splats in a guest's saved kernel log (dmesg.txt) its pytest did not report:
+    at boot, before or after the session, or in a command run with --exec."""
+    try:
+        text = (results / "dmesg.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    noted = read_noted_splats(results)
+    return [splat for splat in find_splats(text.splitlines()) if splat.key not in noted]
+
+
+def bisect_status(status: int) -> int:
+    """`git bisect run`'s view of a status: 0 good, 1 bad, anything else 125 (skip)."""
+    return status if status in (0, 1) else EXIT_SKIP
