@@ -88,8 +88,11 @@ def explain_called(trace: Trace, callee: str, by: str | None = None) -> str:
     what = f"trace.called({callee!r}" + (f", by={by!r})" if by else ")")
     lines = [f"{what} is False"]
     callers = trace.callers_of(callee)
+    inlined = _inlined_in(trace, callee, by)
     if callers:
         lines.append(f"  {callee} was called, but by: {_names(callers)}")
+    elif inlined:
+        lines.extend(f"  {line}" for line in inlined)
     else:
         lines.append(f"  no call into {callee} at all")
     if by is not None:
@@ -101,6 +104,25 @@ def explain_called(trace: Trace, callee: str, by: str | None = None) -> str:
     if not trace.hits:
         lines.append("  the trace is empty: the target never fired while armed")
     return "\n".join(lines)
+
+
+def _inlined_in(trace: Trace, helper: str, by: str | None) -> list[str]:
+    """One line per traced program (`by`, if given) whose verifier inlined `helper`,
+    naming the callback it was given and how often the trace saw it call out."""
+    out = []
+    for name, prog in trace.programs().items():
+        if by is not None and not _glob(name, by):
+            continue
+        for call in prog.calls:
+            if call.fate != "inlined" or not _glob(call.helper, helper):
+                continue
+            line = f"{call.helper}: inlined by this kernel's verifier in {name}"
+            if call.callback:
+                made = sum(1 for b in trace.calls() if b.src.symbol == call.callback)
+                line += f"; its callback {call.callback} made {made} call(s) in this trace"
+            if line not in out:
+                out.append(line)
+    return out
 
 
 def explain_has_path(trace: Trace, *functions: str) -> str:
