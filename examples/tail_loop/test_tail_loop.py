@@ -2,7 +2,7 @@
 
 The verifier of both 6.1 and 6.12 inlines bpf_loop() (Linux kernel commit
 1ade23711971 ("bpf: Inline calls to bpf_loop when callback is known") (in
-v5.19)): no call of bpf_loop is left, only calls of its callback. A test says
+v6.0)): no call of bpf_loop is left, only calls of its callback. A test says
 so with `trace.inlined`, and a failed `called("bpf_loop")` explains it.
 """
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..kernel.helpers import (
     decode_insns,
@@ -33,6 +34,8 @@ __all__ = [
     "MAP_HELPERS",
     "TAIL_CALL",
     "HelperNames",
+    "ProgramCode",
+    "describe_calls",
     "align",
     "callbacks",
     "tail_callers",
@@ -125,29 +128,31 @@ def callbacks(insns: bytes) -> tuple[list[int], dict[int, int]]:
 
     Functions are the main one (at 0) and every target of a subprogram call or
     of a function address load (`ld_imm64` with BPF_PSEUDO_FUNC), in address
-    order: the order the kernel's func_info lists them. A callback is the last
-    function address loaded before the helper call.
+    order: the order the kernel's func_info lists them. A callback is the
+    function whose address was loaded last before the helper call, in the same
+    function.
     """
     decoded = decode_insns(insns)
     starts = {0}
-    refs: list[tuple[int, int]] = []  # (insn index, function start)
     for k, insn in enumerate(decoded):
         if insn.code == _BPF_CALL and insn.src == _PSEUDO_CALL:
             starts.add(k + insn.imm + 1)
         elif insn.code == _BPF_LD_IMM64 and insn.src == _PSEUDO_FUNC:
             starts.add(k + insn.imm + 1)
-            refs.append((k, k + insn.imm + 1))
     ordered = sorted(starts)
     out: dict[int, int] = {}
+    pending: list[int] = []  # function addresses loaded and not yet passed to a call
     call = 0
     for k, insn in enumerate(decoded):
-        if not (insn.code == _BPF_CALL and insn.src == 0):
-            continue
-        before = [start for at, start in refs if at < k]
-        fn_start = max((s for s in ordered if s <= k), default=0)
-        if before and before[-1] != fn_start:
-            out[call] = ordered.index(before[-1])
-        call += 1
+        if k in starts:
+            pending = []  # a new function: loads in the previous one are not ours
+        if insn.code == _BPF_LD_IMM64 and insn.src == _PSEUDO_FUNC:
+            pending.append(k + insn.imm + 1)
+        elif insn.code == _BPF_CALL and insn.src == 0:
+            if pending:
+                out[call] = ordered.index(pending.pop())
+                pending = []
+            call += 1
     return ordered, out
 
 
@@ -163,45 +168,82 @@ class HelperNames:
         self._call_base = call_base
         self.ids = helper_ids()
         self.status = ""
-        #: kernel function -> helper as written (from the protos, then from rewrites seen).
-        self.implements: dict[str, str] = {}
+        #: kernel function -> helper it implements (its bpf_*_proto's func).
+        self.protos: dict[str, str] = {}
         if os.geteuid() == 0:
-            self.implements, self.status = helper_implementations(self.ids.values(), locate)
+            self.protos, self.status = helper_implementations(self.ids.values(), locate)
         else:
             self.status = "not root: helper implementations unknown"
+        #: kernel function -> helper name: the protos, then the map rewrites seen.
+        self.implements: dict[str, str] = dict(self.protos)
 
     def describe(self, fd: int, prog_id: int, name: str, functions: Sequence[str]) -> ProgramCalls:
         """The helper calls of program `prog_id` (`name`, its `functions` in the
         kernel's func_info order) behind `fd`, as written and as translated."""
-        ran: list[str] = []
         try:
             raw = xlated_insns(fd)
         except BpfError:
             raw = b""
-        if self._call_base is not None:
-            for call in xlated_calls(raw, self._call_base):
-                found = TAIL_CALL if call.tail_call else self._locate(call.addr)
-                ran.append(found if found is not None else f"{call.addr:#x}")
-        source = written_insns(prog_id)
-        if source is None:
-            # Loaded elsewhere: only the calls the kernel still makes are known.
-            calls = tuple(
-                HelperCall("bpf_tail_call", "tail call")
-                if r == TAIL_CALL
-                else HelperCall(self.implements.get(r, r), "call", r)
-                for r in ran
-            )
-            return ProgramCalls(name, prog_id, tuple(functions), calls, written=False)
-        ids = [i.imm for i in decode_insns(source) if i.code == _BPF_CALL and i.src == 0]
-        # BPF_FUNC_tail_call is in the enum too: "bpf_tail_call".
-        names = [self.ids.get(h, f"helper#{h}") for h in ids]
-        _, cbs = callbacks(source)
-        cb_names = {k: functions[f] for k, f in cbs.items() if f < len(functions)}
-        calls = align(names, ran, self.implements, cb_names)
-        for c in calls:
+        prog = describe_calls(
+            ProgramCode(name, prog_id, tuple(functions), raw, written_insns(prog_id)),
+            self._call_base,
+            self._locate,
+            self.ids,
+            self.protos,
+        )
+        for c in prog.calls:
             if c.fate == "rewritten" and c.function:
                 self.implements.setdefault(c.function, c.helper)
-        return ProgramCalls(name, prog_id, tuple(functions), calls)
+        return prog
+
+
+@dataclass(frozen=True)
+class ProgramCode:
+    """A loaded program's instructions: translated (the kernel's) and as written."""
+
+    name: str
+    prog_id: int
+    #: Its functions, main first, in the kernel's func_info order.
+    functions: tuple[str, ...]
+    xlated: bytes
+    #: The object's instructions as libbpf loaded them; None if loaded elsewhere.
+    written: bytes | None
+
+
+def describe_calls(
+    code: ProgramCode,
+    call_base: int | None,
+    locate: Callable[[int], str | None],
+    ids: Mapping[int, str],
+    implements: Mapping[str, str],
+) -> ProgramCalls:
+    """What became of each helper call of `code` (pure: no kernel access).
+
+    `call_base`: the address of `__bpf_call_base` (None: calls unknown);
+    `locate`: kernel address -> function name; `ids`: helper id -> name;
+    `implements`: kernel function -> the helper it implements.
+    """
+    ran: list[str] = []
+    if call_base is not None:
+        for call in xlated_calls(code.xlated, call_base):
+            found = TAIL_CALL if call.tail_call else locate(call.addr)
+            ran.append(found if found is not None else f"{call.addr:#x}")
+    if code.written is None:
+        # Loaded elsewhere: only the calls the kernel still makes are known.
+        calls = tuple(
+            HelperCall("bpf_tail_call", "tail call")
+            if r == TAIL_CALL
+            else HelperCall(implements.get(r, r), "call", r)
+            for r in ran
+        )
+        return ProgramCalls(code.name, code.prog_id, code.functions, calls, written=False)
+    written = [i.imm for i in decode_insns(code.written) if i.code == _BPF_CALL and i.src == 0]
+    # BPF_FUNC_tail_call is in the enum too: "bpf_tail_call".
+    names = [ids.get(h, f"helper#{h}") for h in written]
+    _, cbs = callbacks(code.written)
+    cb_names = {k: code.functions[f] for k, f in cbs.items() if f < len(code.functions)}
+    calls = align(names, ran, implements, cb_names)
+    return ProgramCalls(code.name, code.prog_id, code.functions, calls)
 
 
 def tail_callers(programs: Mapping[int, tuple[int, ProgramCalls]]) -> dict[int, tuple[str, ...]]:
