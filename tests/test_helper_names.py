@@ -108,6 +108,9 @@ def test_a_failed_called_on_an_inlined_helper_says_so() -> None:
         " its callback loop_cb made 2 call(s) in this trace"
     )
     assert "no call into bpf_loop at all" not in text
+    # What the program's own functions called, helpers named beside.
+    assert "  entry's function loop_cb called: bpf_user_rnd_u32 [bpf_get_prandom_u32]" in text
+    assert "  entry's function sub_stamp called: bpf_ktime_get_ns" in text
     # Not inlined anywhere: the old wording.
     assert "no call into bpf_xdp_adjust_head at all" in explain_called(
         tail_loop_trace(), "bpf_xdp_adjust_head"
