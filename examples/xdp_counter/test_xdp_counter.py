@@ -10,7 +10,7 @@ from packets import eth, ipv4, udp
 packet = eth(ipv4(udp(b"counted"), src="192.0.2.1"))
 
 
-# From README.md, verbatim (tests/test_readme_example.py checks that it stays so).
+# From README.md, verbatim (tests/test_readme.py checks that it stays so).
 # fmt: off
 def test_counter(bpf, lbr):
     obj = bpf.load("build/xdp_counter.bpf.o")          # closed at teardown
