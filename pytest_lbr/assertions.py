@@ -16,7 +16,7 @@ import ast
 import textwrap
 from typing import Any
 
-from pytest_lbr.model import Trace, format_branches, format_hit_header
+from pytest_lbr.model import Location, Trace, format_branches, format_hit_header
 
 __all__ = [
     "MAX_TRACE_LINES",
@@ -88,19 +88,65 @@ def explain_called(trace: Trace, callee: str, by: str | None = None) -> str:
     what = f"trace.called({callee!r}" + (f", by={by!r})" if by else ")")
     lines = [f"{what} is False"]
     callers = trace.callers_of(callee)
+    inlined = _inlined_in(trace, callee, by)
     if callers:
         lines.append(f"  {callee} was called, but by: {_names(callers)}")
+    elif inlined:
+        lines.extend(f"  {line}" for line in inlined)
     else:
         lines.append(f"  no call into {callee} at all")
     if by is not None:
-        made = []
+        made: list[str] = []
         for b in trace.calls():
-            if _glob(b.src.symbol, by) and b.dst.symbol and b.dst.symbol not in made:
-                made.append(b.dst.symbol)
+            shown = (b.dst.symbol or "") + _helper_note(b.dst)
+            if _glob(b.src.symbol, by) and b.dst.symbol and shown not in made:
+                made.append(shown)
         lines.append(f"  {by} called: {_names(made)}")
+        lines.extend(_called_by_its_functions(trace, by))
     if not trace.hits:
         lines.append("  the trace is empty: the target never fired while armed")
     return "\n".join(lines)
+
+
+def _helper_note(loc: Location) -> str:
+    return f" [{loc.helper}]" if loc.helper and loc.helper != loc.symbol else ""
+
+
+def _called_by_its_functions(trace: Trace, by: str) -> list[str]:
+    """For a BPF program `by`: what its subprograms and callbacks called (calls
+    made there are theirs, not the program's)."""
+    out = []
+    for name, prog in trace.programs().items():
+        if not _glob(name, by):
+            continue
+        for fn in prog.functions[1:]:
+            made: list[str] = []
+            for b in trace.calls():
+                shown = (b.dst.symbol or "") + _helper_note(b.dst)
+                if b.src.symbol == fn and b.dst.symbol and shown not in made:
+                    made.append(shown)
+            if made:
+                out.append(f"  {name}'s function {fn} called: {_names(made)}")
+    return out
+
+
+def _inlined_in(trace: Trace, helper: str, by: str | None) -> list[str]:
+    """One line per traced program (`by`, if given) whose verifier inlined `helper`,
+    naming the callback it was given and how often the trace saw it call out."""
+    out = []
+    for name, prog in trace.programs().items():
+        if by is not None and not _glob(name, by):
+            continue
+        for call in prog.calls:
+            if call.fate != "inlined" or not _glob(call.helper, helper):
+                continue
+            line = f"{call.helper}: inlined by this kernel's verifier in {name}"
+            if call.callback:
+                made = sum(1 for b in trace.calls() if b.src.symbol == call.callback)
+                line += f"; its callback {call.callback} made {made} call(s) in this trace"
+            if line not in out:
+                out.append(line)
+    return out
 
 
 def explain_has_path(trace: Trace, *functions: str) -> str:

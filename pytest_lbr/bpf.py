@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_lbr.errors import UserError
+from pytest_lbr.kernel.helpers import remember_written
 from pytest_lbr.libbpf import (
     BPF_TC_EGRESS,
     BPF_TC_INGRESS,
@@ -275,6 +276,11 @@ class Program:
         #: Kernel program tag, 16 hex digits (as in /proc/kallsyms bpf_prog_<tag>_<name>).
         self.tag: str = bytes(info.tag).hex()
         self._type_id: int = info.type
+        # The kernel keeps only the translated instructions: keep what libbpf
+        # loaded, so a trace can tell which helper calls the verifier inlined.
+        insns = lib.bpf_program__insns(ptr)
+        if insns:
+            remember_written(self.id, ctypes.string_at(insns, lib.bpf_program__insn_cnt(ptr) * 8))
 
     @property
     def fd(self) -> int:

@@ -17,12 +17,15 @@ __all__ = [
     "BRANCH_KINDS",
     "CALL_KINDS",
     "FRAME_KINDS",
+    "HELPER_FATES",
     "UNSEEN_CALLER",
     "Branch",
+    "HelperCall",
     "InlineFrame",
     "Hit",
     "Location",
     "PathMatch",
+    "ProgramCalls",
     "Trace",
 ]
 
@@ -46,6 +49,47 @@ CALL_KINDS = ("call", "ind_call")
 #: The kinds that open a frame of a call tree (a "ret" closes it).
 FRAME_KINDS = (*CALL_KINDS, "unseen")
 _UNSEEN = "(unseen caller)"
+#: What the verifier made of a helper call the BPF C wrote: still a "call" of
+#: the helper's implementation; "rewritten" into a call of a map type's own
+#: function; "inlined" (no call left); "tail call".
+HELPER_FATES = ("call", "rewritten", "inlined", "tail call")
+
+
+@dataclass(frozen=True)
+class HelperCall:
+    """One helper call site of a program, and what this kernel runs for it."""
+
+    #: The name the BPF C wrote (bpf_helpers.h): "bpf_map_lookup_elem".
+    helper: str
+    #: One of HELPER_FATES.
+    fate: str
+    #: The kernel function the program calls for it ("__htab_map_lookup_elem"),
+    #: None when inlined or a tail call.
+    function: str | None = None
+    #: The callback it was given (bpf_loop, bpf_for_each_map_elem, ...), if any.
+    callback: str | None = None
+
+
+@dataclass(frozen=True)
+class ProgramCalls:
+    """A loaded program's helper calls as written and as translated by the verifier."""
+
+    #: The program's (main function's) name.
+    program: str
+    prog_id: int
+    #: Its functions: the main function first, then subprograms and callbacks.
+    functions: tuple[str, ...]
+    #: Every helper call site in instruction order, subprograms included. Only
+    #: calls the kernel still makes are known when the object's own
+    #: instructions were not (`written` False: loaded outside the `bpf` fixture).
+    calls: tuple[HelperCall, ...]
+    written: bool = True
+    #: Programs seen to tail-call into this one (through their program arrays).
+    tail_called_by: tuple[str, ...] = ()
+
+    def inlined(self, helper: str) -> bool:
+        """True if a call of `helper` (glob) was inlined by the verifier."""
+        return any(c.fate == "inlined" and _match(c.helper, helper) for c in self.calls)
 
 
 @dataclass(frozen=True)
@@ -69,6 +113,11 @@ class Location:
     line: int | None = None
     #: Inlined callers at this address, innermost first.
     inlined: tuple[InlineFrame, ...] = ()
+    #: The BPF helper (as bpf_helpers.h names it) this kernel function implements
+    #: for BPF programs: "bpf_get_prandom_u32" at bpf_user_rnd_u32.
+    helper: str | None = None
+    #: For code of a loaded BPF program: its helper calls as written and as run.
+    program: ProgramCalls | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -86,9 +135,21 @@ class Location:
             return None
         return f"{self.file}:{self.line if self.line is not None else 0}"
 
+    @property
+    def label(self) -> str:
+        """`name`, with the helper name beside a helper's implementation:
+        `bpf_user_rnd_u32+0x0 [bpf_get_prandom_u32]`."""
+        if self.helper and self.helper != self.symbol:
+            return f"{self.name} [{self.helper}]"
+        return self.name
+
+    def matches(self, pattern: str) -> bool:
+        """True if the symbol or the helper name matches `pattern` (glob)."""
+        return _match(self.symbol, pattern) or _match(self.helper, pattern)
+
     def __str__(self) -> str:
         src = self.source
-        return f"{self.name} ({src})" if src else self.name
+        return f"{self.label} ({src})" if src else self.label
 
     def __repr__(self) -> str:  # compact: failure messages print many of these
         return f"<Location {self}>"
@@ -108,7 +169,20 @@ class Branch:
     mispredicted: bool = False
     cycles: int = 0
 
+    @property
+    def tail_callers(self) -> tuple[str, ...]:
+        """The programs that can have tail-called into `dst` when this branch
+        enters a program's main function unseen (a tail call jumps, it calls
+        nothing a tracer sees); else ()."""
+        prog = self.dst.program
+        if self.kind != "unseen" or prog is None or self.dst.symbol != prog.program:
+            return ()
+        return prog.tail_called_by
+
     def __str__(self) -> str:
+        callers = self.tail_callers
+        if callers:
+            return f"{'|'.join(callers)} -> {self.dst} (tail call)"
         return f"{self.src} -> {self.dst}"
 
     def __repr__(self) -> str:
@@ -189,15 +263,64 @@ class Trace:
         return (b for b in self.branches() if b.kind in CALL_KINDS)
 
     def called(self, callee: str, by: str | None = None) -> bool:
-        """True if some call entered `callee` (from `by`, if given). Globs allowed."""
+        """True if some call entered `callee` (from `by`, if given). Globs allowed.
+
+        `callee` is a kernel function, a BPF function or program, or a helper as
+        the BPF C names it ("bpf_map_lookup_elem"): that matches the function
+        this kernel ran for it (`Location.helper`). A tail call into a program
+        counts as a call of it by the program that tail-called.
+        """
+        for b in self.branches():
+            if not b.dst.matches(callee):
+                continue
+            if b.kind in CALL_KINDS and (by is None or _match(b.src.symbol, by)):
+                return True
+            callers = b.tail_callers
+            if callers and (by is None or any(_match(c, by) for c in callers)):
+                return True
+        return False
+
+    def programs(self) -> dict[str, ProgramCalls]:
+        """The BPF programs whose code this trace went through, by name, with
+        their helper calls as written and as this kernel translated them."""
+        out: dict[str, ProgramCalls] = {}
+        for b in self.branches():
+            for loc in (b.src, b.dst):
+                if loc.program is not None:
+                    out.setdefault(loc.program.program, loc.program)
+        return out
+
+    def inlined(self, helper: str, by: str | None = None) -> bool:
+        """True if this kernel's verifier inlined a call of `helper` (glob, as the
+        BPF C names it: "bpf_loop") in program `by` (any traced program if None).
+
+        Known for programs whose code the trace went through, loaded with the
+        `bpf` fixture (their own call sites are compared with the translated
+        instructions); `programs()` shows every call site's fate.
+        """
         return any(
-            _match(b.dst.symbol, callee) and (by is None or _match(b.src.symbol, by))
-            for b in self.calls()
+            (by is None or _match(name, by)) and prog.inlined(helper)
+            for name, prog in self.programs().items()
         )
 
     def functions(self) -> list[str]:
-        """Functions in execution order across all hits, consecutive repeats collapsed."""
+        """Functions in execution order across all hits, consecutive repeats collapsed.
+
+        Kernel names: a helper appears as the function this kernel ran for it
+        (`has_path` matches the helper name too).
+        """
         return _collapse(name for hit in self.hits for name in hit.functions())
+
+    def _steps(self) -> list[Location]:
+        """One Location per entry of `functions()`, for matching helper names."""
+        out: list[Location] = []
+        for hit in self.hits:
+            last: str | None = None
+            for loc in _locations(hit.branches):
+                if loc.symbol != last:
+                    out.append(loc)
+                    last = loc.symbol
+        return [loc for i, loc in enumerate(out) if i == 0 or out[i - 1].symbol != loc.symbol]
 
     def has_path(self, *functions: str) -> bool:
         """True if `functions` appear in this order in `functions()` (gaps allowed)."""
@@ -205,15 +328,15 @@ class Trace:
 
     def closest_path(self, *functions: str) -> PathMatch:
         """The longest prefix of `functions` found in order: explains a failed has_path."""
-        seen = self.functions()
+        seen = self._steps()
         matched: list[str] = []
         pos = 0
         for want in functions:
-            while pos < len(seen) and not _match(seen[pos], want):
+            while pos < len(seen) and not seen[pos].matches(want):
                 pos += 1
             if pos == len(seen):
                 break
-            matched.append(seen[pos])
+            matched.append(seen[pos].symbol or "")
             pos += 1
         return PathMatch(tuple(functions), tuple(matched))
 
@@ -221,7 +344,7 @@ class Trace:
         """Distinct functions seen calling `callee` (glob), for failure messages."""
         out: list[str] = []
         for b in self.calls():
-            if _match(b.dst.symbol, callee) and b.src.symbol and b.src.symbol not in out:
+            if b.dst.matches(callee) and b.src.symbol and b.src.symbol not in out:
                 out.append(b.src.symbol)
         return out
 
@@ -282,11 +405,15 @@ def _match(name: str | None, pattern: str) -> bool:
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
-def _symbols(branches: Iterable[Branch]) -> Iterator[str]:
+def _locations(branches: Iterable[Branch]) -> Iterator[Location]:
     for b in branches:
         for loc in (b.src, b.dst):
             if loc.symbol and loc != UNSEEN_CALLER:
-                yield loc.symbol
+                yield loc
+
+
+def _symbols(branches: Iterable[Branch]) -> Iterator[str]:
+    return (loc.symbol or "" for loc in _locations(branches))
 
 
 def _collapse(names: Iterable[str]) -> list[str]:

@@ -41,3 +41,12 @@ def test_readme_commands_exist() -> None:
     text = (REPO / "README.md").read_text()
     for script in re.findall(r"^(ci/\w+|ci/qemu/\w+)\b", text, re.M):
         assert (REPO / script).is_file(), script
+
+
+def test_readme_first_example_is_run_verbatim_by_an_example_test() -> None:
+    found = re.search(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    assert found, "README.md has no python example"
+    snippet = found.group(1)
+    example = (REPO / "examples" / "xdp_counter" / "test_xdp_counter.py").read_text()
+    assert snippet in example
+    assert 'trace.called("bpf_map_lookup_elem", by="xdp_count")' in snippet

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_lbr.golden.format import GoldenError, GoldenFile
@@ -19,6 +20,9 @@ class Comparison:
     expected: list[str]
     actual: list[str]
     path: Path
+    #: Kernel function -> the BPF helper it ran for (from the trace): shown
+    #: beside the kernel's names in the diff, never compared.
+    helpers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def matches(self) -> bool:
@@ -49,9 +53,20 @@ class Comparison:
                 n=2,
             )
         )
+        lines = [self._with_helpers(line) for line in lines]
         if len(lines) > max_lines:
             lines = [*lines[:max_lines], f"... {len(lines) - max_lines} more diff lines"]
         return "\n".join(lines)
+
+    def _with_helpers(self, line: str) -> str:
+        """`+xdp_count -> bpf_user_rnd_u32   [bpf_get_prandom_u32]` for an edge line."""
+        if line.startswith(("---", "+++", "@@")) or " -> " not in line:
+            return line
+        # Any level: the function name leads each end ("f", "f+0x1a", "f (file:line)").
+        ends = [end.strip().split()[0].split("+")[0] for end in line[1:].split(" -> ", 1)]
+        names = [self.helpers.get(end) for end in ends if end]
+        shown = [n for n in names if n]
+        return f"{line}   [{', '.join(shown)}]" if shown else line
 
 
 def compare(trace: Trace, golden: GoldenFile, path: Path, actual: list[str]) -> Comparison:
@@ -65,4 +80,10 @@ def compare(trace: Trace, golden: GoldenFile, path: Path, actual: list[str]) -> 
         raise GoldenError(
             f"{path}: recorded on {golden.header.get('arch')}, running on {trace.arch}"
         )
-    return Comparison(golden.lines, actual, path)
+    helpers = {
+        loc.symbol: loc.helper
+        for b in trace.branches()
+        for loc in (b.src, b.dst)
+        if loc.symbol and loc.helper and loc.helper != loc.symbol
+    }
+    return Comparison(golden.lines, actual, path, helpers)

@@ -9,12 +9,14 @@ says why).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 
-from ..model import InlineFrame, Location
-from .bpfprog import BpfPrograms
+from ..model import InlineFrame, Location, ProgramCalls
+from .bpfprog import BpfPrograms, ProgramLines
 from .dwarf import Frame
+from .helpers import HelperNames
 from .kallsyms import KernelSymbols, Symbol
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 
@@ -45,7 +47,8 @@ class Symbolizer:
     def __init__(self, vmlinux: str | None = None, kallsyms: str = "/proc/kallsyms") -> None:
         self._lock = threading.Lock()
         self.kallsyms = KernelSymbols(kallsyms)
-        self.bpf = BpfPrograms()
+        self.bpf = BpfPrograms(self._describe)
+        self._helpers: HelperNames | None = None
         self._bpf_read = False
         self._checked: set[tuple[str, int]] = set()
         self.lines: VmlinuxLines | None = None
@@ -115,7 +118,30 @@ class Symbolizer:
                 loc = out[a]
                 frames = found.get(a - self.kaslr_offset, ())
                 out[a] = frames_to_location(a, loc.symbol, loc.offset, loc.module, frames)
+        if self._helpers is not None:
+            # Last: the programs read above may have named new rewrites.
+            implements = self._helpers.implements
+            for a, loc in out.items():
+                if loc.module is None and loc.symbol in implements:
+                    out[a] = dataclasses.replace(loc, helper=implements[loc.symbol])
         return out
+
+    def _describe(self, fd: int, prog: ProgramLines) -> ProgramCalls:
+        """Helper calls of a newly read BPF program (kernel-wide facts read on first use)."""
+        if self._helpers is None:
+            self._helpers = HelperNames(
+                self._function_at, self.kallsyms.address_of("__bpf_call_base")
+            )
+        return self._helpers.describe(fd, prog.prog_id, prog.name, [f.name for f in prog.funcs])
+
+    def _function_at(self, addr: int) -> str | None:
+        sym = self.kallsyms.lookup(addr)
+        return sym.name if sym is not None and sym.offset == 0 else None
+
+    @property
+    def helper_status(self) -> str:
+        """Why helper implementations are unknown ("" when known or not yet needed)."""
+        return self._helpers.status if self._helpers is not None else ""
 
     def _looks_new(self, addr: int, sym: Symbol | None) -> bool:
         """True for a BPF program we have no line table for, or code past every symbol."""

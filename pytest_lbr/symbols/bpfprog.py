@@ -12,12 +12,14 @@ from __future__ import annotations
 import bisect
 import ctypes
 import os
+from collections.abc import Callable
 from ctypes import c_uint64
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..kernel.programs import Btf, open_program, program_details, program_ids
 from ..libbpf import BpfError, prog_info
-from ..model import Location
+from ..model import Location, ProgramCalls
+from .helpers import tail_callers
 
 __all__ = ["BpfPrograms", "ProgramLines", "read_program", "jited_image"]
 
@@ -39,6 +41,8 @@ class ProgramLines:
     funcs: list[_Func]
     #: (jit address, file, line), sorted by address.
     lines: list[tuple[int, str | None, int]]
+    #: Its helper calls as written and as translated (None: not described).
+    calls: ProgramCalls | None = None
 
     @property
     def start(self) -> int:
@@ -60,7 +64,7 @@ class ProgramLines:
         i = bisect.bisect_right(self.lines, (addr, "\uffff", 1 << 31)) - 1
         if i >= 0 and self.lines[i][0] >= fn.start:
             _, file, line = self.lines[i]
-        return Location(addr, fn.name, addr - fn.start, "bpf", file, line)
+        return Location(addr, fn.name, addr - fn.start, "bpf", file, line, program=self.calls)
 
 
 def _source_path(path: str) -> str:
@@ -107,9 +111,11 @@ def jited_image(fd: int) -> tuple[int, bytes]:
 class BpfPrograms:
     """All loaded BPF programs' line tables, re-read lazily when an address is new."""
 
-    def __init__(self) -> None:
+    def __init__(self, describe: Callable[[int, ProgramLines], ProgramCalls] | None = None) -> None:
         self.programs: dict[int, ProgramLines] = {}
         self.error: str | None = None
+        #: Describes a newly read program's helper calls (fd, its tables).
+        self.describe = describe
 
     def refresh(self) -> None:
         """Read every program loaded since the last refresh (needs CAP_SYS_ADMIN)."""
@@ -125,7 +131,10 @@ class BpfPrograms:
                     self.error = f"cannot open BPF program {pid}: {exc.strerror}"
                     continue
                 try:
-                    self.programs[pid] = read_program(fd)
+                    prog = read_program(fd)
+                    if self.describe is not None:
+                        prog.calls = self.describe(fd, prog)
+                    self.programs[pid] = prog
                 except BpfError as exc:
                     self.error = str(exc)
                 finally:
@@ -135,6 +144,26 @@ class BpfPrograms:
             return
         for gone in set(self.programs) - seen:
             del self.programs[gone]
+        self._name_tail_callers()
+
+    def _name_tail_callers(self) -> None:
+        """Tell each program which programs' tail calls can enter it (read now:
+        program arrays change while programs stay)."""
+        fds: dict[int, tuple[int, ProgramCalls]] = {}
+        try:
+            for pid, prog in self.programs.items():
+                if prog.calls and any(c.fate == "tail call" for c in prog.calls.calls):
+                    try:
+                        fds[pid] = (open_program(pid), prog.calls)
+                    except BpfError:
+                        continue
+            callers = tail_callers(fds)
+        finally:
+            for fd, _ in fds.values():
+                os.close(fd)
+        for pid, prog in self.programs.items():
+            if prog.calls is not None:
+                prog.calls = replace(prog.calls, tail_called_by=callers.get(pid, ()))
 
     def locate(self, addr: int) -> Location | None:
         """The Location of a JIT address among the known programs, or None."""

@@ -1,0 +1,279 @@
+"""BPF helpers as the running kernel implements them: names, implementations, call sites.
+
+Everything here is read from the kernel, never from a table kept by hand:
+- helper ids and names from the `enum bpf_func_id` of the kernel's BTF
+  (BPF_FUNC_map_lookup_elem = 1 -> "bpf_map_lookup_elem");
+- which kernel function implements a helper from its `bpf_<helper>_proto`
+  (a `struct bpf_func_proto` whose first member `func` points at the
+  implementation: `bpf_get_prandom_u32_proto.func == bpf_user_rnd_u32`), read
+  through /proc/kcore (root; kallsyms must list data symbols);
+- the calls a loaded program really makes from its translated instructions
+  (BPF_OBJ_GET_INFO_BY_FD xlated_prog_insns): for root the kernel leaves each
+  helper call's `imm` as `func - __bpf_call_base`, and dumps a tail call as a
+  call with imm BPF_FUNC_tail_call (kernel/bpf/syscall.c, bpf_insn_prepare_dump);
+- which programs a program can tail-call, from its program-array maps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from ctypes import Structure, c_char, c_uint8, c_uint32
+from dataclasses import dataclass
+
+from pytest_lbr.libbpf import BpfError, btf_type, check_int, lib, prog_info
+
+__all__ = [
+    "BPF_FUNC_TAIL_CALL",
+    "Insn",
+    "XlatedCall",
+    "decode_insns",
+    "helper_ids",
+    "helper_implementations",
+    "object_helper_calls",
+    "prog_array_members",
+    "remember_written",
+    "written_insns",
+    "xlated_calls",
+    "xlated_insns",
+]
+
+#: BPF_FUNC_tail_call in uapi linux/bpf.h (stable ABI since Linux 4.2).
+BPF_FUNC_TAIL_CALL = 12
+_BPF_CALL = 0x85  # BPF_JMP | BPF_CALL
+_PSEUDO_CALL = 1  # src_reg of a call into a subprogram of the same program
+_PSEUDO_KFUNC_CALL = 2
+_BTF_KIND_ENUM = 6
+_BPF_MAP_TYPE_PROG_ARRAY = 3
+_PT_LOAD = 1
+
+
+@dataclass(frozen=True)
+class Insn:
+    """One 8-byte BPF instruction."""
+
+    code: int
+    dst: int
+    src: int
+    off: int
+    imm: int
+
+    @property
+    def is_helper_call(self) -> bool:
+        """A call of a helper (or, in a translated dump, of a kernel function)."""
+        return self.code == _BPF_CALL and self.src == 0
+
+
+def decode_insns(raw: bytes) -> list[Insn]:
+    """BPF instructions (little-endian) from their bytes."""
+    out = []
+    for code, regs, off, imm in struct.iter_unpack("<BBhi", raw[: len(raw) // 8 * 8]):
+        out.append(Insn(code, regs & 0xF, regs >> 4, off, imm))
+    return out
+
+
+@dataclass(frozen=True)
+class XlatedCall:
+    """A helper call left in a program's translated instructions."""
+
+    #: Instruction index in the translated program.
+    index: int
+    #: True for a tail call (dumped as a call of BPF_FUNC_tail_call).
+    tail_call: bool
+    #: The called kernel function's address (`__bpf_call_base + imm`); 0 for a tail call.
+    addr: int
+
+
+def xlated_insns(fd: int) -> bytes:
+    """The translated instructions of the program behind `fd` (raises BpfError)."""
+    info, _ = prog_info(fd)
+    _, bufs = prog_info(fd, xlated_prog_insns=("xlated_prog_len", info.xlated_prog_len, c_uint8))
+    return bytes(bufs["xlated_prog_insns"])[: info.xlated_prog_len]
+
+
+def xlated_calls(raw: bytes, call_base: int) -> list[XlatedCall]:
+    """The helper calls of translated instructions `raw`, in order.
+
+    `call_base` is the address of `__bpf_call_base`. Without root the kernel
+    zeroes every `imm` (bpf_dump_raw_ok): then each address is `call_base`.
+    """
+    out = []
+    for i, insn in enumerate(decode_insns(raw)):
+        if not insn.is_helper_call:
+            continue
+        if insn.imm == BPF_FUNC_TAIL_CALL:
+            out.append(XlatedCall(i, True, 0))
+        else:
+            out.append(XlatedCall(i, False, call_base + insn.imm))
+    return out
+
+
+def object_helper_calls(insns: bytes) -> list[int]:
+    """The helper ids an object's program calls, in order (subprograms appended by
+    libbpf included): what the BPF C source wrote."""
+    return [i.imm for i in decode_insns(insns) if i.is_helper_call]
+
+
+def helper_ids() -> dict[int, str]:
+    """Helper id -> name as bpf_helpers.h spells it, from the kernel's `enum bpf_func_id`.
+
+    Empty when the kernel has no BTF (/sys/kernel/btf/vmlinux).
+    """
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf or lib.libbpf_get_error(btf):
+        return {}
+    try:
+        tid = lib.btf__find_by_name_kind(btf, b"bpf_func_id", _BTF_KIND_ENUM)
+        if tid <= 0:
+            return {}
+        t = lib.btf__type_by_id(btf, tid)
+        head = btf_type.from_address(t)
+        out: dict[int, str] = {}
+        for k in range(head.info & 0xFFFF):
+            name_off, val = struct.unpack_from(
+                "<Ii", ctypes.string_at(t + ctypes.sizeof(btf_type) + 8 * k, 8)
+            )
+            name = lib.btf__str_by_offset(btf, name_off).decode()
+            if name.startswith("BPF_FUNC_") and name != "BPF_FUNC_unspec":
+                out[val] = "bpf_" + name.removeprefix("BPF_FUNC_")
+        return out
+    finally:
+        lib.btf__free(btf)
+
+
+def _data_symbols(suffix: str, path: str = "/proc/kallsyms") -> Iterator[tuple[str, int]]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "dDrR" and parts[2].endswith(suffix):
+                addr = int(parts[0], 16)
+                if addr:
+                    yield parts[2], addr
+
+
+class KernelMemory:
+    """Reads kernel virtual memory through /proc/kcore (an ELF core file; root)."""
+
+    def __init__(self, path: str = "/proc/kcore") -> None:
+        self._f = open(path, "rb")  # noqa: SIM115 -- closed by close()
+        hdr = self._f.read(64)
+        if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
+            self.close()
+            raise OSError(f"{path} is not a 64-bit ELF core file")
+        phoff = struct.unpack_from("<Q", hdr, 32)[0]
+        phentsize, phnum = struct.unpack_from("<HH", hdr, 54)
+        self._f.seek(phoff)
+        table = self._f.read(phentsize * phnum)
+        self._loads = []
+        for k in range(phnum):
+            p_type, _, off, vaddr, _, filesz = struct.unpack_from("<IIQQQQ", table, k * phentsize)
+            if p_type == _PT_LOAD:
+                self._loads.append((vaddr, filesz, off))
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        """`size` bytes at kernel address `addr`, or None outside what kcore maps."""
+        for vaddr, filesz, off in self._loads:
+            if vaddr <= addr and addr + size <= vaddr + filesz:
+                return os.pread(self._f.fileno(), size, off + addr - vaddr)
+        return None
+
+    def close(self) -> None:
+        """Close /proc/kcore (idempotent)."""
+        self._f.close()
+
+
+def helper_implementations(
+    names: Iterable[str], locate: Callable[[int], str | None]
+) -> tuple[dict[str, str], str]:
+    """(kernel function -> helper name, "" or why none could be read).
+
+    For every helper in `names` with a `bpf_<helper>_proto` in kallsyms, read
+    the proto's `func` (its first member, struct bpf_func_proto in
+    include/linux/bpf.h) and name it with `locate` (address -> function name).
+    A helper whose implementation has its own name (bpf_ktime_get_ns) maps to
+    itself.
+    """
+    wanted = {f"{n}_proto": n for n in names}
+    try:
+        protos = [(wanted[s], a) for s, a in _data_symbols("_proto") if s in wanted]
+    except OSError as exc:
+        return {}, f"cannot read /proc/kallsyms: {exc.strerror}"
+    if not protos:
+        return {}, "kallsyms lists no bpf_*_proto data symbols (CONFIG_KALLSYMS_ALL off?)"
+    try:
+        mem = KernelMemory()
+    except OSError as exc:
+        return {}, f"cannot read kernel memory (/proc/kcore): {exc.strerror or exc}"
+    out: dict[str, str] = {}
+    try:
+        for helper, addr in protos:
+            raw = mem.read(addr, 8)
+            func = locate(struct.unpack("<Q", raw)[0]) if raw else None
+            if func is not None:
+                out.setdefault(func, helper)
+    finally:
+        mem.close()
+    return out, ""
+
+
+class _bpf_map_info(Structure):  # noqa: N801 -- uapi name; the head we read
+    _fields_ = [
+        ("type", c_uint32),
+        ("id", c_uint32),
+        ("key_size", c_uint32),
+        ("value_size", c_uint32),
+        ("max_entries", c_uint32),
+        ("map_flags", c_uint32),
+        ("name", c_char * 16),
+    ]
+
+
+def prog_array_members(fd: int) -> list[int]:
+    """Ids of the programs in the program arrays the program behind `fd` uses
+    (what its tail calls can enter); raises BpfError."""
+    info, _ = prog_info(fd)
+    _, bufs = prog_info(fd, map_ids=("nr_map_ids", info.nr_map_ids, c_uint32))
+    out: list[int] = []
+    for map_id in list(bufs["map_ids"])[: info.nr_map_ids]:
+        try:
+            mfd = check_int(lib.bpf_map_get_fd_by_id(map_id), f"bpf_map_get_fd_by_id({map_id})")
+        except BpfError:
+            continue  # gone, or not ours to open
+        try:
+            minfo = _bpf_map_info()
+            size = c_uint32(ctypes.sizeof(minfo))
+            check_int(
+                lib.bpf_obj_get_info_by_fd(mfd, ctypes.byref(minfo), ctypes.byref(size)),
+                "bpf_obj_get_info_by_fd",
+            )
+            if minfo.type != _BPF_MAP_TYPE_PROG_ARRAY:
+                continue
+            for key in range(minfo.max_entries):
+                # A lookup in a program array from user space gives the program's id.
+                k, v = c_uint32(key), c_uint32(0)
+                if lib.bpf_map_lookup_elem(mfd, ctypes.byref(k), ctypes.byref(v)) == 0:
+                    out.append(v.value)
+        finally:
+            os.close(mfd)
+    return out
+
+
+# prog id -> the object's instructions (libbpf's, after load): registered by the
+# `bpf` fixture for the programs it loads; the kernel does not keep them.
+_written: dict[int, bytes] = {}
+_written_lock = threading.Lock()
+
+
+def remember_written(prog_id: int, insns: bytes) -> None:
+    """Keep the instructions program `prog_id` was loaded from (as libbpf passed them)."""
+    with _written_lock:
+        _written[prog_id] = insns
+
+
+def written_insns(prog_id: int) -> bytes | None:
+    """The instructions remembered for `prog_id`, or None."""
+    with _written_lock:
+        return _written.get(prog_id)
