@@ -1,8 +1,8 @@
 """The results file: one JSON record per test, for machines (docs/results.md).
 
-`--lbr-results=FILE` writes JSON Lines: a ``session`` record first (kernel, architecture,
-backend, whether tracing could run), then one ``test`` record per test as its report
-comes in, and a ``splat`` record for each kernel splat no test reported. `pytest-lbr vm`,
+`--lbr-results=FILE` writes JSON Lines: one ``test`` record per test as its report comes
+in, then, when the session ends, a ``session`` record (kernel, architecture, backend,
+whether tracing could run) and a ``splat`` record for each kernel splat no test reported. `pytest-lbr vm`,
 `pytest-lbr bisect` and the CI summary decide on these records, never on failure text:
 rewording a message changes no verdict.
 

@@ -20,8 +20,8 @@ import pytest
 from pytest_lbr.guest import in_guest
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
-from pytest_lbr.session_results import ResultsBook
 from pytest_lbr.session_golden import GoldenBook
+from pytest_lbr.session_results import ResultsBook
 from pytest_lbr.session_splats import KernelSplats
 
 if TYPE_CHECKING:
