@@ -20,30 +20,30 @@ import re
 import shlex
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
 from pytest_lbr.progress import progress, set_progress
+from pytest_lbr.results import Results, read_results
 
 __all__ = [
     "EXIT_BAD",
     "EXIT_GOOD",
     "EXIT_SKIP",
     "PLAN_FILE",
+    "RESULTS_FILE",
     "STEPS_FILE",
     "TRACING_CONFIG",
     "BisectPlan",
     "StepResult",
-    "SessionReport",
     "build_command",
     "golden_diffs",
     "main",
     "pytest_verdict",
     "read_steps",
-    "read_test_report",
+    "read_session",
     "run_step",
     "test_command",
 ]
@@ -70,16 +70,9 @@ TRACING_CONFIG = (
 
 PLAN_FILE = "plan.json"
 STEPS_FILE = "steps.jsonl"
-#: How a golden mismatch failure starts and where its diff ends (pytest_lbr/golden/check.py
-#: writes them; tests/test_bisect.py checks a real mismatch end to end).
-_MISMATCH = "golden trace mismatch:"
-_MISMATCH_END = "\n(if the new path is right"
-#: The session's terminal line when tracing could not run (exit status 125).
-_CANNOT_TRACE = re.compile(r"lbr: tracing could not run in this session \((.*)\): exit status")
 _KERNEL_PANIC = re.compile(r"Kernel panic - not syncing:.*")
 _TIMED_OUT = 124  # as timeout(1) says it
 _VM_ERROR = re.compile(r"^\[vm\] error: (.*)$", re.M)
-_UNREPORTED_SPLAT = re.compile(r"kernel splat no test reported: (.*)$", re.M)
 
 
 @dataclass
@@ -154,78 +147,49 @@ def read_steps(state: Path) -> list[StepResult]:
 
 # -- reading a test session ----------------------------------------------------------
 
-
-@dataclass
-class SessionReport:
-    """What a pytest session's JUnit XML says: counts, failures, skip reasons."""
-
-    passed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    #: (test, failure text) for each failed or erroring test phase.
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    skip_reasons: list[str] = field(default_factory=list)
+#: The results file a step's pytest writes (here: in the step's directory; in a guest:
+#: in each kernel's results directory, where `pytest-lbr vm` puts it).
+RESULTS_FILE = "results.jsonl"
 
 
-def read_test_report(junit: Path) -> SessionReport | None:
-    """The JUnit XML pytest wrote, or None when there is none (pytest never got there)."""
+def read_session(path: Path) -> Results | None:
+    """The results file a pytest session wrote, or None when there is none (pytest never
+    got as far as writing it: a collection error, a guest that did not boot)."""
     try:
-        root = ET.parse(junit).getroot()
-    except (OSError, ET.ParseError):
+        return read_results(path)
+    except OSError:
         return None
-    report = SessionReport()
-    for case in root.iter("testcase"):
-        name = f"{case.get('classname', '')}.{case.get('name', '')}".strip(".")
-        bad = [e for e in case if e.tag in ("failure", "error")]
-        skips = [e for e in case if e.tag == "skipped"]
-        for element in bad:
-            text = element.text or element.get("message") or ""
-            report.failures.append((name, text))
-        if bad:
-            report.failed += 1
-        elif skips:
-            report.skipped += 1
-            report.skip_reasons.append(skips[0].get("message") or "")
-        else:
-            report.passed += 1
-    return report
 
 
-def golden_diffs(report: SessionReport) -> list[tuple[str, str]]:
-    """(test, diff) for each golden mismatch: the failure text from its first line
-    (`golden trace mismatch: FILE`, the first divergence, the unified diff) up to the
-    advice to re-record."""
-    found = []
-    for name, text in report.failures:
-        at = text.find(_MISMATCH)
-        if at < 0:
-            continue
-        diff = text[at:]
-        end = diff.find(_MISMATCH_END)
-        found.append((name, (diff[:end] if end >= 0 else diff).rstrip()))
-    return found
+def golden_diffs(results: Results) -> list[tuple[str, str]]:
+    """(test, diff) for each golden mismatch: the golden file and its unified diff."""
+    return [(nodeid, f"{g.file}\n{g.diff.rstrip()}") for nodeid, g in results.mismatches()]
 
 
-def pytest_verdict(status: int, report: SessionReport | None, output: str) -> tuple[Verdict, str]:
-    """Verdict and reason for a pytest session's exit status, its JUnit report and output."""
+def pytest_verdict(status: int, results: Results | None, output: str) -> tuple[Verdict, str]:
+    """Verdict and reason for a pytest session's exit status and its results records.
+
+    The verdict comes from the status and the records alone; `output` (pytest's own
+    terminal text) only adds pytest's first ERROR line to a "cannot test" reason."""
+    tests = results.tests if results is not None else []
     if status == 0:
-        if report is not None and report.passed == 0 and report.skipped:
-            first = report.skip_reasons[0] if report.skip_reasons else ""
-            return "skip", f"no test ran ({report.skipped} skipped: {first})"
-        count = f" ({report.passed} passed)" if report is not None else ""
+        passed = sum(t.outcome == "passed" for t in tests)
+        skipped = [t for t in tests if t.outcome == "skipped"]
+        if tests and not passed and skipped:
+            return "skip", f"no test ran ({len(skipped)} skipped: {skipped[0].reason})"
+        count = f" ({passed} passed)" if results is not None else ""
         return "good", f"tests passed, golden traces match{count}"
     if status == 1:
-        diffs = golden_diffs(report) if report is not None else []
-        if diffs:
-            return "bad", "golden mismatch in " + ", ".join(name for name, _ in diffs)
-        failed = report.failures[0] if report is not None and report.failures else None
-        if failed is None:
-            return "bad", "a test failed"
-        first = (failed[1].strip().splitlines() or [""])[-1][:160]
-        return "bad", f"{failed[0]} failed, not a golden mismatch: {first}"
+        if results is not None:
+            why = _failure(results)
+            if why:
+                return "bad", why
+        return "bad", "a test failed"
     if status == EXIT_SKIP:
-        cannot = _CANNOT_TRACE.search(output)
-        return "skip", "tracing impossible" + (f": {cannot.group(1)}" if cannot else "")
+        session = results.session if results is not None else None
+        if session is not None and not session.tracing and session.reason:
+            return "skip", f"tracing impossible: {session.reason}"
+        return "skip", "tracing impossible"
     meaning = {
         2: "pytest was interrupted (a collection error?)",
         3: "pytest internal error",
@@ -236,6 +200,20 @@ def pytest_verdict(status: int, report: SessionReport | None, output: str) -> tu
     why = meaning.get(status, f"pytest exited {status}")
     error = next((line.strip() for line in output.splitlines() if line.startswith("ERROR")), "")
     return "skip", (f"{why}: {error[:200]}" if error and status != 5 else why)
+
+
+def _failure(results: Results) -> str:
+    """Why a session with failures is bad: its golden mismatches first, then the first
+    other failure, then a kernel splat no test reported ("" if the records name none)."""
+    mismatched = list(dict.fromkeys(nodeid for nodeid, _ in results.mismatches()))
+    if mismatched:
+        return "golden mismatch in " + ", ".join(mismatched)
+    failed = next((t for t in results.tests if t.outcome in ("failed", "error")), None)
+    if failed is not None:
+        return f"{failed.nodeid} failed, not a golden mismatch: {failed.reason[:160]}"
+    if results.splats:
+        return f"kernel splat no test reported: {results.splats[0].title}"
+    return ""
 
 
 # -- the commands ---------------------------------------------------------------------
@@ -275,7 +253,8 @@ def test_command(plan: BisectPlan, step_dir: Path) -> list[str]:
     args = _pytest_args(plan)
     if plan.mode == "here":
         # -P: like the `pytest` command, the checkout is not put on sys.path.
-        return [sys.executable, "-P", "-m", "pytest", *args, f"--junitxml={step_dir / 'junit.xml'}"]
+        results = f"--lbr-results={step_dir / RESULTS_FILE}"
+        return [sys.executable, "-P", "-m", "pytest", *args, results]
     kernels = [plan.kernel_src] if plan.mode == "kernel" else plan.kernels
     cmd = [_script("pytest-lbr"), "vm"]
     for kernel in kernels:
@@ -365,7 +344,7 @@ def _guest_verdict(plan: BisectPlan, results: Path, output: str) -> tuple[Verdic
             status = int((guest / STATUS).read_text().strip() or -1)
             if status in (0, 1):
                 continue  # this guest gave a verdict; another one did not
-            _, why = pytest_verdict(status, read_test_report(guest / "junit.xml"), console)
+            _, why = pytest_verdict(status, read_session(guest / RESULTS_FILE), console)
             reasons.append(where + why)
         elif panic:
             reasons.append(f"{where}kernel panicked ({panic.group(0).strip()})")
@@ -392,26 +371,22 @@ def _test(plan: BisectPlan, step_dir: Path) -> tuple[Verdict, str, list[tuple[st
         timeout=plan.timeout if plan.mode == "here" else None,
     )
     if plan.mode == "here":
-        report = read_test_report(step_dir / "junit.xml")
-        verdict, reason = pytest_verdict(status, report, output)
-        return verdict, reason, golden_diffs(report) if report else []
+        session = read_session(step_dir / RESULTS_FILE)
+        verdict, reason = pytest_verdict(status, session, output)
+        return verdict, reason, golden_diffs(session) if session else []
     results = step_dir / "results"
-    reports = [read_test_report(j) for j in sorted(results.glob("*/junit.xml"))]
-    diffs = [d for r in reports if r is not None for d in golden_diffs(r)]
+    sessions = [read_session(p) for p in sorted(results.glob(f"*/{RESULTS_FILE}"))]
+    found = [s for s in sessions if s is not None]
+    diffs = [d for s in found for d in golden_diffs(s)]
     if status == EXIT_GOOD:
-        passed = sum(r.passed for r in reports if r is not None)
-        skipped = sum(r.skipped for r in reports if r is not None)
-        if reports and not passed and skipped:
+        passed = sum(s.count("passed") for s in found)
+        skipped = sum(s.count("skipped") for s in found)
+        if found and not passed and skipped:
             return "skip", f"no test ran ({skipped} skipped)", diffs
         return "good", f"tests passed, golden traces match ({passed} passed)", diffs
     if status == EXIT_BAD:
-        failures = [f for r in reports if r is not None for f in r.failures]
-        if diffs:
-            return "bad", "golden mismatch in " + ", ".join(n for n, _ in diffs), diffs
-        if failures:
-            return "bad", f"{failures[0][0]} failed, not a golden mismatch", diffs
-        splat = _UNREPORTED_SPLAT.search(output)
-        return "bad", splat.group(0) if splat else "the guest run failed", diffs
+        why = next((w for w in map(_failure, found) if w), "")
+        return "bad", why or "the guest run failed", diffs
     verdict, reason = _guest_verdict(plan, results, output)
     return verdict, reason, diffs
 

@@ -76,6 +76,15 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         "string",
     ),
     (
+        "--lbr-results",
+        {
+            "metavar": "FILE",
+            "help": "write one JSON record per test to FILE (JSON Lines, docs/results.md; "
+            "written by default inside pytest-lbr vm guests)",
+        },
+        "string",
+    ),
+    (
         "--lbr-kernel-splats",
         {
             "choices": SPLAT_CHOICES,

@@ -6,7 +6,9 @@ the retsnoop/bpflbr format, and any kernel splat the test caused) and
 the controller assembles `DIR/index.html` from the parts. The page is self-contained
 (inline CSS and SVG, no script, no network): per test, the call tree as a diagram,
 the branches with their source lines, for a golden mismatch both sides side by
-side, and the kernel splats as the kernel printed them.
+side, and the kernel splats as the kernel printed them. Each traced test also gets
+a flame graph on the page and its folded stacks in `DIR/<test>.folded`, the text
+flame-graph tools (flamegraph.pl, speedscope, inferno) read.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_lbr.flame import flame_svg, folded_lines, stacks_of
 from pytest_lbr.golden.storage import safe_file_name
 from pytest_lbr.model import CALL_KINDS, FRAME_KINDS, Trace
 
@@ -57,11 +60,15 @@ def write_test_files(report_dir: Path, record: TestRecord) -> Path:
     if raw:
         # What the backend read, as it read it: the evidence behind a surprising trace.
         (report_dir / f"{stem}.capture.txt").write_text("\n".join(raw), encoding="utf-8")
+    traces = [_trace_json(t) for t in record.traces]
+    stacks = stacks_of(traces)
+    if stacks:
+        (report_dir / f"{stem}.folded").write_text(folded_lines(stacks), encoding="utf-8")
     part = {
         "nodeid": record.nodeid,
         "outcome": record.outcome,
         "text": text_path.name,
-        "traces": [_trace_json(t) for t in record.traces],
+        "traces": traces,
         "golden": [_golden_json(g) for g in record.golden],
         "splats": [splat.text for splat in record.splats],
         "splats_allowed": record.splats_allowed,
@@ -219,6 +226,8 @@ svg.tree text{font:12px monospace;fill:#102040}
 svg.tree rect.fn{fill:#cfe3ff;stroke:#4a7bd0} svg.tree rect.root{fill:#2b4f8c;stroke:#2b4f8c}
 svg.tree rect.root+text{fill:#fff} svg.tree rect.new{fill:#ffd3cc;stroke:#c0262d}
 svg.tree path.edge{fill:none;stroke:#7a8aa8;stroke-width:1.2}
+svg.flame{display:block;margin:4px 0} svg.flame text{font:12px monospace;fill:#1d2330;pointer-events:none}
+svg.flame rect{stroke:#fff;stroke-width:0.5}
 table{border-collapse:collapse;font:12px monospace;margin:6px 0} td,th{border:1px solid #dde;padding:1px 6px;text-align:left;vertical-align:top}
 th{background:#f2f4f8} .src{color:#667}
 td.del{background:#ffe3e0} td.ins{background:#defbe4} td.same{color:#555}
@@ -301,6 +310,9 @@ def _section(i: int, part: dict[str, Any]) -> str:
             _mark_new(root, new_edges)
             out.append(tree_svg(root))
             out.append(_branches(hit))
+    flame = flame_svg(stacks_of(part["traces"]))
+    if flame:
+        out.append(f"<details open><summary>flame graph (width: calls)</summary>{flame}</details>")
     return "".join(out)
 
 

@@ -21,6 +21,7 @@ from pytest_lbr.guest import in_guest
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
 from pytest_lbr.session_golden import GoldenBook
+from pytest_lbr.session_results import ResultsBook
 from pytest_lbr.session_splats import KernelSplats
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class LbrSession:
         self.vmlinux = self._option("lbr_vmlinux") or None
         report = self._option("lbr_report")
         self.report_dir = Path(report).resolve() if report else None
+        results = self._option("lbr_results")
         self.is_worker = hasattr(config, "workerinput")
         self.is_controller = (  # pytest-xdist's: it runs no test itself
             not self.is_worker
@@ -136,6 +138,10 @@ class LbrSession:
         self._backend: Backend | None = None
         if self.report_dir is not None and not self.is_worker:
             shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
+        #: The results file (--lbr-results).
+        self.results = ResultsBook(
+            Path(results).resolve() if results else None, is_worker=self.is_worker
+        )
         #: The kernel log, watched for splats.
         self.splats = KernelSplats(
             config,
@@ -355,6 +361,7 @@ class LbrSession:
         """Remember the outcome; explain failed trace queries under the traceback."""
         if RECORD_KEY in item.stash and report.when in ("setup", "call") and not report.passed:
             item.stash[RECORD_KEY].outcome = report.outcome
+        self.results.attach(report, item.stash.get(RECORD_KEY, None))
         if report.when == "call" and report.failed and call.excinfo is not None:
             if call.excinfo.errisinstance(AssertionError) and hasattr(
                 report.longrepr, "addsection"
@@ -394,6 +401,7 @@ class LbrSession:
         tests passed, for unused golden files, and which kernel splats tests reported."""
         self.golden.note_report(report)
         self.splats.note_report(report)
+        self.results.note_report(report)
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
@@ -414,11 +422,21 @@ class LbrSession:
             self.unavailable_reason = self.probe()[2]
             session.exitstatus = EXIT_CANNOT_TRACE
         self.splats.finish(session)
+        self._finish_results()
         if self.report_dir is not None and not self.is_worker:
             from pytest_lbr.report import write_html
 
             write_html(self.report_dir)
         self.golden.finish()
+
+    def _finish_results(self) -> None:
+        if self.results.path is None:
+            return
+        if not self.enabled:
+            self.results.finish("", False, "tracing disabled: run with --lbr", [])
+            return
+        available, backend, reason = self.probe()
+        self.results.finish(backend, available, reason, self.splats.unreported)
 
     def unconfigure(self) -> None:
         """Put back the progress listener this session replaced (pytester nests sessions);

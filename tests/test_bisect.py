@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.bisect_step import SessionReport, golden_diffs, pytest_verdict, read_test_report
+from pytest_lbr.bisect_step import golden_diffs, pytest_verdict, read_session
+from pytest_lbr.results import GoldenRecord, Results, SessionRecord, SplatRecord, TestRecord
 from tests.commands import PYTEST_LBR
 from tests.test_plugin import TRACE_HELPER
 
@@ -134,11 +135,10 @@ def test_program_history_names_the_first_bad_commit_and_its_golden_diff(tmp_path
     skipped = _section(out.stdout, "skipped (could not test):")
     assert skipped == [f"  {broken[:12]} breaks the build: build failed (exit 1)"], report
     diff = _section(
-        out.stdout, f"golden diff that made {first_bad[:12]} bad (test_prog.test_write):"
+        out.stdout, f"golden diff that made {first_bad[:12]} bad (test_prog.py::test_write):"
     )
-    assert diff[0] == "  golden trace mismatch: __lbr_golden__/test_prog/test_write.lbr"
+    assert diff[0] == "  __lbr_golden__/test_prog/test_write.lbr"
     assert "  -vfs_write -> write_null" in diff and "  +vfs_write -> write_zero" in diff
-    assert diff[1].startswith("  first divergence at edge 3")
     # Progress went to stderr, a line per step with its verdict.
     assert f"pytest-lbr bisect:  1 {broken[:12]} skip: build failed" in out.stderr
     # The user's checkout is back: the branch, its commit, nothing modified.
@@ -224,55 +224,51 @@ def test_ctrl_c_stops_the_step_and_restores_the_checkout(tmp_path: Path) -> None
 
 
 def test_pytest_statuses_map_to_bisect_verdicts() -> None:
-    passed = SessionReport(passed=2)
+    passed = Results(tests=[TestRecord("t.py::a", "passed"), TestRecord("t.py::b", "passed")])
     assert pytest_verdict(0, passed, "") == ("good", "tests passed, golden traces match (2 passed)")
-    all_skipped = SessionReport(skipped=1, skip_reasons=["needs root"])
+    all_skipped = Results(tests=[TestRecord("t.py::a", "skipped", "needs root")])
     assert pytest_verdict(0, all_skipped, "") == ("skip", "no test ran (1 skipped: needs root)")
-    mismatch = SessionReport(
-        failed=1,
-        failures=[
-            (
-                "t.test_x",
-                "golden trace mismatch: g.lbr\nfirst divergence\n-a\n+b\n(if the new path is right: ...)",
-            )
-        ],
-    )
-    assert pytest_verdict(1, mismatch, "") == ("bad", "golden mismatch in t.test_x")
-    assert golden_diffs(mismatch) == [
-        ("t.test_x", "golden trace mismatch: g.lbr\nfirst divergence\n-a\n+b")
-    ]
-    other = SessionReport(failed=1, failures=[("t.test_y", "assert 1 == 2\nE  AssertionError")])
+    golden = GoldenRecord("test_x", "g.lbr", "mismatched", diff="-a\n+b\n")
+    mismatch = Results(tests=[TestRecord("t.py::test_x", "failed", "whatever", golden=[golden])])
+    assert pytest_verdict(1, mismatch, "") == ("bad", "golden mismatch in t.py::test_x")
+    assert golden_diffs(mismatch) == [("t.py::test_x", "g.lbr\n-a\n+b")]
+    other = Results(tests=[TestRecord("t.py::test_y", "failed", "AssertionError: 1 == 2")])
     assert pytest_verdict(1, other, "") == (
         "bad",
-        "t.test_y failed, not a golden mismatch: E  AssertionError",
+        "t.py::test_y failed, not a golden mismatch: AssertionError: 1 == 2",
     )
-    line = "lbr: tracing could not run in this session (no BTF): exit status 125"
-    assert pytest_verdict(125, None, f"...\n{line}\n") == ("skip", "tracing impossible: no BTF")
+    splat = Results(splats=[SplatRecord("k", "WARNING: CPU: 0 PID: 1 at f+0x1")])
+    assert pytest_verdict(1, splat, "") == (
+        "bad",
+        "kernel splat no test reported: WARNING: CPU: 0 PID: 1 at f+0x1",
+    )
+    no_btf = Results(SessionRecord("6.1.0-56-amd64", "x86_64", "graph", False, "no BTF"))
+    assert pytest_verdict(125, no_btf, "") == ("skip", "tracing impossible: no BTF")
+    assert pytest_verdict(125, None, "") == ("skip", "tracing impossible")
     assert pytest_verdict(5, None, "") == ("skip", "no test collected")
     assert pytest_verdict(2, None, "")[0] == "skip"
     assert pytest_verdict(4, None, "") == ("skip", "pytest usage error")
     assert pytest_verdict(124, None, "") == ("skip", "the tests ran past --timeout")
 
 
-def test_the_junit_report_of_a_real_golden_mismatch(tmp_path: Path) -> None:
-    """The diff is cut out of what the plugin really reports (so a change in its wording
-    fails here, not silently in a user's bisection)."""
+def test_the_results_of_a_real_golden_mismatch(tmp_path: Path) -> None:
+    """The diff comes from the records the plugin really writes."""
     repo, _ = _project(tmp_path, [("good", _calls(NULL))])
     (repo / "program.py").write_text(_calls(ZERO))
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", *ARGS, "-p", "no:cacheprovider", "--junitxml=j.xml"],
+        [sys.executable, "-m", "pytest", *ARGS, "-p", "no:cacheprovider", "--lbr-results=r.jsonl"],
         cwd=repo,
         capture_output=True,
         text=True,
     )
     assert run.returncode == 1
-    report = read_test_report(repo / "j.xml")
-    assert report is not None and report.failed == 1
-    [(test, diff)] = golden_diffs(report)
-    assert test == "test_prog.test_write"
-    assert diff.splitlines()[0] == "golden trace mismatch: __lbr_golden__/test_prog/test_write.lbr"
+    results = read_session(repo / "r.jsonl")
+    assert results is not None and results.count("failed") == 1
+    [(test, diff)] = golden_diffs(results)
+    assert test == "test_prog.py::test_write"
+    assert diff.splitlines()[0] == "__lbr_golden__/test_prog/test_write.lbr"
     assert diff.splitlines()[-1] == "+vfs_write -> write_zero"
-    assert read_test_report(repo / "missing.xml") is None
+    assert read_session(repo / "missing.jsonl") is None
 
 
 # -- what cannot start ------------------------------------------------------------------
@@ -439,3 +435,49 @@ def test_a_guest_that_does_not_boot_is_a_skip_never_bad(tmp_path: Path) -> None:
     ]
     assert '"status": 125' in status[0]
     assert f"  {commits[1][:12]} middle (skipped: guest did not boot" in out.stdout
+
+
+REWORD_PLUGIN = """
+import dataclasses
+
+import pytest_lbr.golden
+from pytest_lbr.golden import check
+
+
+class Reworded(check.GoldenCheck):
+    def run(self, *args, **kwargs):
+        result = super().run(*args, **kwargs)
+        words = " ".join(reversed(result.message.split())) if result.message else ""
+        return dataclasses.replace(result, message=f"REWORDED: {words}" if words else "")
+
+
+check.GoldenCheck = pytest_lbr.golden.GoldenCheck = Reworded
+"""
+
+
+@pytest.mark.parametrize("program", [NULL, ZERO], ids=["match", "mismatch"])
+def test_rewording_every_golden_message_changes_no_verdict(
+    tmp_path: Path, program: tuple[str, str]
+) -> None:
+    """Every message golden/ shows reworded (the words reversed): the step's verdict,
+    reason and golden diffs come from the records, so they stay the same."""
+    repo, _ = _project(tmp_path, [("good", _calls(NULL))])
+    (repo / "program.py").write_text(_calls(program))
+    (repo / "reword.py").write_text(REWORD_PLUGIN)
+    seen = []
+    for extra in ([], ["-p", "reword"]):
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", *ARGS, "-p", "no:cacheprovider", *extra]
+            + ["--lbr-results=r.jsonl", "-o", "pythonpath=."],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
+        results = read_session(repo / "r.jsonl")
+        assert results is not None, run.stdout + run.stderr
+        seen.append((pytest_verdict(run.returncode, results, ""), golden_diffs(results)))
+        if extra and program == ZERO:
+            # The reworded run really said it differently: text matching would miss it.
+            assert "REWORDED:" in run.stdout and "golden trace mismatch:" not in run.stdout
+    assert seen[0] == seen[1]
+    assert seen[0][0][0] == ("good" if program == NULL else "bad")

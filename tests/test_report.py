@@ -104,7 +104,7 @@ def test_files_and_page(tmp_path: Path) -> None:
     page = write_html(tmp_path)
     assert page is not None
     html = page.read_text()
-    assert html.count("<svg") == 1
+    assert html.count('<svg class="tree"') == 1 and html.count('<svg class="flame"') == 1
     assert 'class="new"' in html  # the call the golden trace lacks is highlighted
     assert "<th>golden (expected)</th><th>this run</th>" in html
     assert (

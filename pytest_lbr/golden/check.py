@@ -44,6 +44,12 @@ class GoldenResult:
     #: Edge lines of the golden file (if it could be read) and of this trace.
     expected: tuple[str, ...] = ()
     actual: tuple[str, ...] = ()
+    #: The unified diff of a mismatch ("" otherwise).
+    diff: str = ""
+    #: The kernel release the golden file was recorded on ("" where unknown) and the
+    #: one this trace ran on: a mismatch across releases may be the kernel's doing.
+    recorded_release: str = ""
+    running_release: str = ""
 
     @property
     def passed(self) -> bool:
@@ -80,16 +86,19 @@ class GoldenCheck:
         path = mine[0] if mine else default
         shown = display_path(path)
 
-        def result(status: GoldenStatus, message: str = "") -> GoldenResult:
+        def result(status: GoldenStatus, message: str = "", diff: str = "") -> GoldenResult:
             # The edge lines as far as they were known when the check ended.
-            return GoldenResult(name, path, level, status, message, expected, actual)
+            recorded = old.header.get("kernel", "") if old is not None else ""
+            return GoldenResult(
+                name, path, level, status, message, expected, actual, diff, recorded, release
+            )
 
+        old: GoldenFile | None = None
         if trace.lost:
             return result(
                 "error", f"trace lost {trace.lost} records: a golden comparison would be unreliable"
             )
         actual = tuple(normalize(trace, level, self.normalization))
-        old: GoldenFile | None = None
         problem = ""
         try:
             old = parse(path.read_bytes(), shown) if path.exists() else None
@@ -127,10 +136,19 @@ class GoldenCheck:
             return result("error", f"unusable golden trace: {problem}")
         if cmp.matches:
             return result("match")
+        diff = cmp.diff()
+        recorded = old.header.get("kernel", "")
+        # A stable kernel update takes other paths too: the first line says so.
+        drift = (
+            f" (recorded on {recorded}, running {release}: the kernel changed too)"
+            if recorded and recorded != release
+            else ""
+        )
         return result(
             "mismatch",
-            f"golden trace mismatch: {shown}\n{cmp.first_divergence()}\n{cmp.diff()}\n"
+            f"golden trace mismatch: {shown}{drift}\n{cmp.first_divergence()}\n{diff}\n"
             "(if the new path is right: pytest --lbr --lbr-golden-update)",
+            diff,
         )
 
 

@@ -1,0 +1,278 @@
+"""The results file: one JSON record per test, for machines (docs/results.md).
+
+`--lbr-results=FILE` writes JSON Lines: one ``test`` record per test as its report comes
+in, then, when the session ends, a ``session`` record (kernel, architecture, backend,
+whether tracing could run) and a ``splat`` record for each kernel splat no test reported. `pytest-lbr vm`,
+`pytest-lbr bisect` and the CI summary decide on these records, never on failure text:
+rewording a message changes no verdict.
+
+Plain data and I/O only: no pytest. The plugin builds the records (`session.py`), this
+module writes, reads and summarises them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_lbr.errors import UserError
+
+__all__ = [
+    "SCHEMA",
+    "VERSION",
+    "GoldenRecord",
+    "Results",
+    "ResultsError",
+    "SessionRecord",
+    "SplatRecord",
+    "TestRecord",
+    "TraceRecord",
+    "append_record",
+    "golden_outcome",
+    "read_results",
+    "summary_markdown",
+]
+
+#: Every record names its schema and version; readers refuse other versions in one line.
+SCHEMA = "pytest-lbr/results"
+VERSION = 1
+
+Outcome = Literal["passed", "failed", "skipped", "error"]
+#: A golden check as the results file says it (`golden_outcome` maps the checker's words).
+GoldenOutcome = Literal["matched", "mismatched", "written", "unchanged", "missing", "error"]
+_GOLDEN_OUTCOMES: dict[str, GoldenOutcome] = {
+    "match": "matched",
+    "mismatch": "mismatched",
+    "written": "written",
+    "unchanged": "unchanged",
+    "missing": "missing",
+    "error": "error",
+}
+
+
+class ResultsError(UserError, ValueError):
+    """A results file that cannot be read; the message names the file and the line."""
+
+
+def golden_outcome(status: str) -> GoldenOutcome:
+    """The results file's word for a `GoldenResult.status`."""
+    return _GOLDEN_OUTCOMES[status]
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    """One `lbr.trace(...)` of a test: what it traced and how much it got."""
+
+    targets: list[str]
+    backend: str
+    hits: int
+    lost: int
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GoldenRecord:
+    """One golden check of a test."""
+
+    name: str
+    #: The golden file read or written, as shown to the user (relative where it can be).
+    file: str
+    status: GoldenOutcome
+    level: str = "function"
+    #: The unified diff of a mismatch ("" otherwise).
+    diff: str = ""
+    #: The kernel release the golden file was recorded on ("" where it does not say).
+    recorded_release: str = ""
+    #: The kernel release this run traced.
+    running_release: str = ""
+
+
+@dataclass(frozen=True)
+class SplatRecord:
+    """A kernel splat (WARNING, BUG, Oops, ...) seen while the run was going."""
+
+    key: str
+    title: str
+    #: The test it happened in; "" for a splat no test reported.
+    nodeid: str = ""
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """What the whole session ran on."""
+
+    kernel_release: str
+    arch: str
+    #: The backend tests trace with ("" where tracing was not enabled).
+    backend: str = ""
+    #: Whether tracing could run in this session, and if not, why.
+    tracing: bool = False
+    reason: str = ""
+    in_guest: bool = False
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """One test: its outcome, what it traced, its golden checks and its splats."""
+
+    __test__ = False  # a record, not a pytest test class
+
+    nodeid: str
+    outcome: Outcome
+    #: Why it was skipped or failed, in one line ("" when it passed).
+    reason: str = ""
+    duration_s: float = 0.0
+    #: True for a `kernel` test whose skip a guest turned into a failure (strict mode).
+    skip_became_failure: bool = False
+    traces: list[TraceRecord] = field(default_factory=list)
+    golden: list[GoldenRecord] = field(default_factory=list)
+    splats: list[SplatRecord] = field(default_factory=list)
+
+    @property
+    def traced(self) -> bool:
+        """Whether the test armed at least one trace."""
+        return bool(self.traces)
+
+
+@dataclass
+class Results:
+    """A results file as read back."""
+
+    session: SessionRecord | None = None
+    tests: list[TestRecord] = field(default_factory=list)
+    #: Splats no test reported: they fail the run.
+    splats: list[SplatRecord] = field(default_factory=list)
+
+    def count(self, outcome: Outcome) -> int:
+        """How many tests ended with `outcome`."""
+        return sum(t.outcome == outcome for t in self.tests)
+
+    @property
+    def traced(self) -> int:
+        """How many tests armed a trace."""
+        return sum(t.traced for t in self.tests)
+
+    def mismatches(self) -> list[tuple[str, GoldenRecord]]:
+        """(node id, check) of every golden mismatch, in test order."""
+        return [(t.nodeid, g) for t in self.tests for g in t.golden if g.status == "mismatched"]
+
+
+def _record(kind: str, data: Any) -> str:
+    return json.dumps({"schema": SCHEMA, "version": VERSION, "type": kind, **asdict(data)})
+
+
+def append_record(path: Path, record: SessionRecord | TestRecord | SplatRecord) -> None:
+    """Append one record as a line (created with its directory if missing)."""
+    kind = {SessionRecord: "session", TestRecord: "test", SplatRecord: "splat"}[type(record)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(_record(kind, record) + "\n")
+
+
+def read_results(path: Path) -> Results:
+    """Read a results file; a line of another schema or version, or not JSON, is a
+    `ResultsError` naming the file and line (a run cut short may end in a partial
+    line: that last line alone is ignored)."""
+    results = Results()
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break  # the writer was killed mid-line
+            raise ResultsError(f"{path}:{number}: not a JSON record") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ResultsError(f"{path}:{number}: not a pytest-lbr results record")
+        if data.get("version") != VERSION:
+            raise ResultsError(
+                f"{path}:{number}: results version {data.get('version')!r}, this pytest-lbr "
+                f"reads version {VERSION}: read it with the pytest-lbr that wrote it"
+            )
+        kind = data.pop("type", None)
+        for key in ("schema", "version"):
+            data.pop(key)
+        try:
+            if kind == "session":
+                results.session = SessionRecord(**data)
+            elif kind == "test":
+                results.tests.append(_test_record(data))
+            elif kind == "splat":
+                results.splats.append(SplatRecord(**data))
+            else:
+                raise ResultsError(f"{path}:{number}: unknown record type {kind!r}")
+        except TypeError as exc:
+            raise ResultsError(f"{path}:{number}: malformed {kind} record ({exc})") from None
+    return results
+
+
+def _test_record(data: dict[str, Any]) -> TestRecord:
+    data["traces"] = [TraceRecord(**t) for t in data.get("traces", [])]
+    data["golden"] = [GoldenRecord(**g) for g in data.get("golden", [])]
+    data["splats"] = [SplatRecord(**s) for s in data.get("splats", [])]
+    return TestRecord(**data)
+
+
+# -- the CI summary -------------------------------------------------------------------
+
+
+def summary_markdown(runs: Mapping[str, Results | None]) -> str:
+    """The Markdown summary of one `pytest-lbr vm` run: per kernel, its counts, each
+    failure (with its golden diff), the kernel splats and the skips that became
+    failures. A kernel whose guest wrote no results says so."""
+    out = ["# pytest-lbr results", ""]
+    out.append("| kernel | passed | failed | skipped | traced | splats |")
+    out.append("| --- | --- | --- | --- | --- | --- |")
+    for label, res in runs.items():
+        if res is None:
+            out.append(f"| {label} | - | - | - | - | no results: the guest never reported |")
+            continue
+        splats = len(res.splats) + sum(len(t.splats) for t in res.tests)
+        failed = res.count("failed") + res.count("error")
+        out.append(
+            f"| {_kernel_cell(label, res)} | {res.count('passed')} | {failed} | "
+            f"{res.count('skipped')} | {res.traced} | {splats} |"
+        )
+    for label, res in runs.items():
+        if res is not None:
+            out.extend(_kernel_section(label, res))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _kernel_cell(label: str, res: Results) -> str:
+    release = res.session.kernel_release if res.session else ""
+    return f"{label} (`{release}`)" if release and release != label else label
+
+
+def _kernel_section(label: str, res: Results) -> Iterable[str]:
+    failures = [t for t in res.tests if t.outcome in ("failed", "error")]
+    splats = res.splats + [s for t in res.tests for s in t.splats]
+    if not failures and not splats:
+        return []
+    out = ["", f"## {label}"]
+    strict = [t for t in failures if t.skip_became_failure]
+    for t in failures:
+        if t.skip_became_failure:
+            continue
+        out += ["", f"### FAILED `{t.nodeid}`", "", _quote(t.reason)]
+        for g in t.golden:
+            if g.status == "mismatched" and g.diff:
+                out += ["", f"Golden mismatch: `{g.file}`", "", "```diff", g.diff.rstrip(), "```"]
+    if strict:
+        out += ["", "### Skips that became failures", ""]
+        out += [f"- `{t.nodeid}`: {_quote(t.reason)}" for t in strict]
+    if splats:
+        out += ["", "### Kernel splats", ""]
+        out += [f"- {s.title}" + (f" (in `{s.nodeid}`)" if s.nodeid else "") for s in splats]
+    return out
+
+
+def _quote(text: str) -> str:
+    """One line of text made safe for a Markdown table or list item."""
+    line = text.strip().splitlines()[0] if text.strip() else "(no reason given)"
+    return line.replace("|", "\\|")

@@ -1,0 +1,129 @@
+"""The results file (docs/results.md): written, read back, refused when foreign, and
+summarised for CI job pages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.results import (
+    SCHEMA,
+    GoldenRecord,
+    Results,
+    ResultsError,
+    SessionRecord,
+    SplatRecord,
+    TestRecord,
+    TraceRecord,
+    append_record,
+    read_results,
+    summary_markdown,
+)
+
+DIFF = (
+    "--- test_connect_syscall.lbr\n+++ this run\n@@ -3,2 +3,1 @@\n"
+    "-tcp_v4_connect -> secure_tcp_seq\n-tcp_v4_connect -> secure_tcp_ts_off\n"
+    "+tcp_v4_connect -> secure_tcp_seq_and_ts_off\n"
+)
+SPLAT = SplatRecord("WARNING:lib/splat.c:12", "WARNING: CPU: 0 PID: 7 at splat_init+0x1d", "")
+
+
+def _run(path: Path) -> None:
+    append_record(path, SessionRecord("6.1.0-56-amd64", "x86_64", "graph", True, "", True))
+    append_record(
+        path,
+        TestRecord(
+            "examples/connect/test_connect.py::test_connect_syscall",
+            "failed",
+            "golden trace mismatch: examples/connect/__lbr_golden__/...",
+            1.5,
+            traces=[TraceRecord(["kfunc:tcp_v4_connect"], "graph", 1, 0)],
+            golden=[
+                GoldenRecord(
+                    "test_connect_syscall",
+                    "__lbr_golden__/test_connect/test_connect_syscall.lbr",
+                    "mismatched",
+                    diff=DIFF,
+                    recorded_release="6.1.0-50-amd64",
+                    running_release="6.1.0-56-amd64",
+                )
+            ],
+        ),
+    )
+    append_record(
+        path,
+        TestRecord(
+            "tests/test_x.py::test_needs_btf",
+            "failed",
+            "kernel test skipped in a pytest-lbr vm guest: no BTF",
+            skip_became_failure=True,
+        ),
+    )
+    append_record(path, TestRecord("tests/test_x.py::test_ok", "passed"))
+    append_record(path, SPLAT)
+
+
+def test_records_read_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "results.jsonl"
+    _run(path)
+    res = read_results(path)
+    assert res.session is not None and res.session.kernel_release == "6.1.0-56-amd64"
+    assert [t.outcome for t in res.tests] == ["failed", "failed", "passed"]
+    assert res.traced == 1
+    ((nodeid, golden),) = res.mismatches()
+    assert nodeid.endswith("test_connect_syscall") and golden.diff == DIFF
+    assert golden.recorded_release == "6.1.0-50-amd64"
+    assert res.splats == [SPLAT]
+    # Every line is one JSON object that names the schema and version.
+    for line in path.read_text().splitlines():
+        data = json.loads(line)
+        assert data["schema"] == SCHEMA and data["version"] == 1
+
+
+def test_a_line_cut_short_at_the_end_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _run(path)
+    with path.open("a") as out:
+        out.write('{"schema": "pytest-lbr/res')  # the guest died mid-write
+    assert len(read_results(path).tests) == 3
+
+
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        ('{"schema": "pytest-lbr/results", "version": 99, "type": "test"}', "version 99"),
+        ('{"schema": "other", "version": 1}', "not a pytest-lbr results record"),
+        ('{"schema": "pytest-lbr/results", "version": 1, "type": "nope"}', "unknown record"),
+        ('{"schema": "pytest-lbr/results", "version": 1, "type": "test"}', "malformed test"),
+        ("not json", "not a JSON record"),
+    ],
+)
+def test_foreign_lines_are_refused_with_file_and_line(tmp_path: Path, line: str, why: str) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_text(line + "\n" + '{"schema": "pytest-lbr/results", "version": 1, "type": ')
+    with pytest.raises(ResultsError, match=f"{path}:1: .*{why}"):
+        read_results(path)
+
+
+def test_summary_shows_counts_mismatch_diff_splat_and_strict_skip(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _run(path)
+    text = summary_markdown({"6.1": read_results(path), "6.12": None})
+    assert "| 6.1 (`6.1.0-56-amd64`) | 1 | 2 | 0 | 1 | 1 |" in text
+    assert "| 6.12 | - | - | - | - | no results: the guest never reported |" in text
+    assert "### FAILED `examples/connect/test_connect.py::test_connect_syscall`" in text
+    assert "```diff\n" + DIFF.rstrip() + "\n```" in text
+    assert "### Skips that became failures" in text
+    assert "- `tests/test_x.py::test_needs_btf`: kernel test skipped" in text
+    assert "### Kernel splats\n\n- WARNING: CPU: 0 PID: 7 at splat_init+0x1d" in text
+    # The strict skip is listed once, as a skip, not again as a plain failure.
+    assert text.count("test_needs_btf") == 1
+
+
+def test_a_clean_run_has_only_its_table_row() -> None:
+    res = Results(SessionRecord("6.12.117+deb12-amd64", "x86_64"), [TestRecord("t::a", "passed")])
+    text = summary_markdown({"6.12": res})
+    assert "| 6.12 (`6.12.117+deb12-amd64`) | 1 | 0 | 0 | 0 | 0 |" in text
+    assert "##" not in text.replace("# pytest-lbr results", "")
