@@ -573,7 +573,7 @@ def test_xdist_updates_from_workers_and_summary_once(suite: pytest.Pytester) -> 
     result.stdout.fnmatch_lines(["*lbr: 6 golden trace(s) written*"])
     for n in range(6):
         assert golden_file(suite, f"test_many[{n}]").exists()
-    assert (suite.path / "rep" / "index.html").read_text().count("<svg") == 6
+    assert (suite.path / "rep" / "index.html").read_text().count('<svg class="tree"') == 6
     check = suite.runpytest_subprocess("-n", "2")
     check.assert_outcomes(passed=6)
     assert check.ret == 0
