@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from pytest_lbr.guest import RESULTS_FILE
 from pytest_lbr.progress import progress, set_progress
 from pytest_lbr.results import Results, read_results
 
@@ -146,10 +147,6 @@ def read_steps(state: Path) -> list[StepResult]:
 
 
 # -- reading a test session ----------------------------------------------------------
-
-#: The results file a step's pytest writes (here: in the step's directory; in a guest:
-#: in each kernel's results directory, where `pytest-lbr vm` puts it).
-RESULTS_FILE = "results.jsonl"
 
 
 def read_session(path: Path) -> Results | None:

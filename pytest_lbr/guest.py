@@ -7,20 +7,18 @@ says this machine is the test kernel). Inside a guest (the runner sets
 `allow_skip`: a guest that cannot trace must never pass quietly (drgn's vmtest
 does the same). `lbr_strict = false` (or `pytest-lbr vm --no-strict`) turns that off.
 
-The plugin also writes the tally the VM runner prints per kernel
-(`<results>/tally.json`: passed/failed/skipped, how many tests ran with tracing
-and how many kernel tests ran),
-counted from the reports themselves so it holds under xdist too, and the kernel
-splats it saw (`<results>/kernel-splats.txt`), so that the runner fails a guest
-only for a splat in its kernel log that pytest did not report.
+The tally the VM runner prints per kernel (passed/failed/skipped, how many tests ran
+with tracing and how many kernel tests ran) is counted from the results file the
+guest's pytest writes (`<results>/results.jsonl`, docs/results.md). The plugin also
+writes the kernel splats it saw (`<results>/kernel-splats.txt`), so that the runner
+fails a guest only for a splat in its kernel log that pytest did not report.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +28,11 @@ __all__ = [
     "ENV_RESULTS",
     "ENV_STRICT",
     "KERNEL_MARKER",
+    "RESULTS_FILE",
     "SPLATS_FILE",
-    "TALLY_FILE",
     "TRACING_PROPERTY",
     "Shard",
     "Tally",
-    "TallyCounter",
     "enforce_strict",
     "host_skip_reason",
     "in_guest",
@@ -51,14 +48,13 @@ __all__ = [
 ENV_GUEST = "PYTEST_LBR_GUEST"
 #: "0" turns strict mode off inside the guest (`pytest-lbr vm --no-strict`).
 ENV_STRICT = "PYTEST_LBR_STRICT"
-#: The guest's results directory (the tally goes there).
+#: The guest's results directory (the results file and the noted splats go there).
 ENV_RESULTS = "PYTEST_LBR_RESULTS"
-TALLY_FILE = "tally.json"
+#: The results file the guest's pytest writes into its results directory.
+RESULTS_FILE = "results.jsonl"
 #: The user property the `lbr` fixture puts on a test's reports: the backend that
 #: traced it, or "unavailable".
 TRACING_PROPERTY = "lbr_tracing"
-#: The pid of the pytest process that writes the tally (set by the first one).
-ENV_TALLY_OWNER = "PYTEST_LBR_TALLY_OWNER"
 #: The kernel splats the guest's pytest saw, one `Splat.key` a line: the VM runner
 #: fails a guest whose kernel log holds any other.
 SPLATS_FILE = "kernel-splats.txt"
@@ -172,67 +168,6 @@ def enforce_strict(item: Any, report: Any) -> None:
         report.longrepr = strict_failure(report.longrepr)
 
 
-class TallyCounter:
-    """Collects test reports (on the xdist controller too) into a Tally; a pytest plugin."""
-
-    _RANK = {"passed": 0, "skipped": 1, "failed": 2}
-    #: The counter that writes the tally in this process (the outermost session's).
-    _owner: TallyCounter | None = None
-
-    def __init__(self) -> None:
-        self._outcome: dict[str, str] = {}
-        self._kernel: set[str] = set()
-        self._traced: set[str] = set()
-        # Only the guest's outermost session writes: the pytest sessions its tests
-        # start (pytester, in this process or a child) inherit ENV_TALLY_OWNER and
-        # would otherwise write their own counts over the run's while it goes on.
-        owner = os.environ.setdefault(ENV_TALLY_OWNER, str(os.getpid()))
-        self._writes = owner == str(os.getpid()) and TallyCounter._owner is None
-        if self._writes:
-            TallyCounter._owner = self
-
-    def add(self, report: Any) -> None:
-        """Fold one phase's report in: a test counts as its worst phase."""
-        old = self._outcome.get(report.nodeid)
-        if old is None or self._RANK[report.outcome] > self._RANK[old]:
-            self._outcome[report.nodeid] = report.outcome
-        if "kernel" in report.keywords:
-            self._kernel.add(report.nodeid)
-        # The property the `lbr` fixture sets (session.py), carried by the report
-        # to the xdist controller too.
-        if any(k == TRACING_PROPERTY and v != "unavailable" for k, v in report.user_properties):
-            self._traced.add(report.nodeid)
-
-    def tally(self) -> Tally:
-        t = Tally()
-        for nodeid, outcome in self._outcome.items():
-            setattr(t, outcome, getattr(t, outcome) + 1)
-            if nodeid in self._kernel:
-                if outcome == "skipped":
-                    t.kernel_skipped += 1
-                else:
-                    t.kernel_ran += 1
-            if nodeid in self._traced and outcome != "skipped":
-                t.traced += 1
-        return t
-
-    def write(self, results: Path) -> None:
-        """Write `tally.json` into `results`."""
-        (results / TALLY_FILE).write_text(json.dumps(asdict(self.tally())) + "\n")
-
-    # pytest hooks (registered by the plugin)
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        self.add(report)
-
-    def pytest_sessionfinish(self, session: Any) -> None:
-        results = os.environ.get(ENV_RESULTS)
-        if not self._writes:
-            return
-        TallyCounter._owner = None
-        if in_guest() and results and not hasattr(session.config, "workerinput"):
-            self.write(Path(results))
-
-
 def note_splats(keys: Iterable[str]) -> None:
     """Inside a guest: add the keys of kernel splats pytest saw to `SPLATS_FILE`."""
     results = os.environ.get(ENV_RESULTS)
@@ -250,9 +185,20 @@ def read_noted_splats(results: Path) -> set[str]:
 
 
 def read_tally(results: Path) -> Tally | None:
-    """The tally a guest wrote, or None when it wrote none (or a damaged one)."""
+    """The tally of the results file a guest wrote into `results`, each test once (its
+    worst phase); None when it wrote none or an unreadable one."""
+    from pytest_lbr.results import ResultsError, read_results
+
     try:
-        data = json.loads((results / TALLY_FILE).read_text())
-        return Tally(**{k: int(v) for k, v in data.items()})
-    except (OSError, ValueError, TypeError):
+        res = read_results(results / RESULTS_FILE)
+    except (OSError, ResultsError):
         return None
+    t = Tally(res.count("passed"), res.count("failed") + res.count("error"), res.count("skipped"))
+    for test in res.tests:
+        if test.kernel:
+            if test.outcome == "skipped":
+                t.kernel_skipped += 1
+            else:
+                t.kernel_ran += 1
+    t.traced = res.traced
+    return t

@@ -148,7 +148,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", guest.ALLOW_SKIP_MARKER)
     config.addinivalue_line("markers", ALLOW_SPLAT_MARKER)
     # Its pytest_runtest_logreport sees every test's reports, on the xdist controller too.
-    config.pluginmanager.register(guest.TallyCounter(), "lbr-tally")
     session = config.stash[SESSION_KEY] = LbrSession(config)
     if session.enabled and not session.is_worker:
         _check_install()

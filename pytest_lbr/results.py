@@ -130,11 +130,15 @@ class TestRecord:
     traces: list[TraceRecord] = field(default_factory=list)
     golden: list[GoldenRecord] = field(default_factory=list)
     splats: list[SplatRecord] = field(default_factory=list)
+    #: Marked `kernel` (runs only in guests, or with --lbr-run-kernel-tests).
+    kernel: bool = False
+    #: The `lbr` fixture handed it a tracer (whether or not it armed a trace).
+    tracer: bool = False
 
     @property
     def traced(self) -> bool:
-        """Whether the test armed at least one trace."""
-        return bool(self.traces)
+        """Whether the test ran with tracing: it armed a trace or got a tracer."""
+        return self.outcome != "skipped" and (self.tracer or bool(self.traces))
 
 
 @dataclass
@@ -152,7 +156,7 @@ class Results:
 
     @property
     def traced(self) -> int:
-        """How many tests armed a trace."""
+        """How many tests ran with tracing (`TestRecord.traced`)."""
         return sum(t.traced for t in self.tests)
 
     def mismatches(self) -> list[tuple[str, GoldenRecord]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest import in_guest
+from pytest_lbr.guest import TRACING_PROPERTY, in_guest
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
 from pytest_lbr.session_golden import GoldenBook
@@ -216,13 +216,13 @@ class LbrSession:
             pytest.skip(DISABLED_REASON)
         available, backend, reason = self.probe()
         if not available:
-            item.user_properties.append(("lbr_tracing", "unavailable"))
+            item.user_properties.append((TRACING_PROPERTY, "unavailable"))
             if self.require:
                 pytest.fail(
                     f"tracing required (--lbr-require) but unavailable: {reason}", pytrace=False
                 )
             pytest.skip(reason)
-        item.user_properties.append(("lbr_tracing", backend))
+        item.user_properties.append((TRACING_PROPERTY, backend))
         from pytest_lbr.tracer import Tracer
 
         assert self._backend is not None  # probe() resolved it
@@ -405,7 +405,7 @@ class LbrSession:
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
-            if key == "lbr_tracing":
+            if key == TRACING_PROPERTY:
                 if value == "unavailable":
                     self.traced_unavailable += 1
                 else:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest import in_guest
+from pytest_lbr.guest import TRACING_PROPERTY, in_guest
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.record import TestRecord as TestState
 from pytest_lbr.results import (
@@ -82,9 +82,12 @@ class ResultsBook:
             test["strict"] = str(report.longrepr).startswith("kernel test skipped inside")
         if report.when == "call":
             test["duration"] = report.duration
+        test["kernel"] = test.get("kernel") or "kernel" in report.keywords
         for key, value in report.user_properties:
             if key == RESULTS_PROPERTY:
                 test.update(json.loads(str(value)))
+            elif key == TRACING_PROPERTY and value != "unavailable":
+                test["tracer"] = True
         if report.when == "teardown":
             self._write(report.nodeid, self._tests.pop(report.nodeid))
 
@@ -99,6 +102,8 @@ class ResultsBook:
             [TraceRecord(**t) for t in test.get("traces", [])],
             [GoldenRecord(**g) for g in test.get("golden", [])],
             [SplatRecord(s["key"], s["title"], nodeid) for s in test.get("splats", [])],
+            bool(test.get("kernel")),
+            bool(test.get("tracer")),
         )
         append_record(self.path, record)
 
@@ -130,7 +135,7 @@ def _golden(result: GoldenResult) -> dict[str, Any]:
 
 
 def _reason(report: pytest.TestReport) -> str:
-    """One line: a skip's reason, or a failure's assertion line (else its last line)."""
+    """One line: a skip's reason, or a failure's assertion line (else its first line)."""
     longrepr = report.longrepr
     if report.passed or longrepr is None:
         return ""
@@ -139,4 +144,4 @@ def _reason(report: pytest.TestReport) -> str:
     text = report.longreprtext if not isinstance(longrepr, str) else longrepr
     lines = [line for line in text.splitlines() if line.strip()]
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return (errors[0] if errors else lines[-1].strip() if lines else "")[:500]
+    return (errors[0] if errors else lines[0].strip() if lines else "")[:500]

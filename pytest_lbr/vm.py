@@ -54,6 +54,7 @@ from pytest_lbr.vm_run import (
     stop_guests,
     unreported_splats,
     worst_status,
+    write_summary,
 )
 
 __all__ = [
@@ -277,6 +278,7 @@ def _run_one(plan: VmPlan, args: argparse.Namespace, prefix: str | None) -> Gues
     splats = unreported_splats(plan.results) if getattr(args, "check_splats", True) else []
     for splat in splats:
         say(f"{plan.label}: kernel splat no test reported:\n  " + "\n  ".join(splat.lines))
+    result.splats = splats
     if splats:
         result.note = f"kernel splat no test reported: {splats[0].summary}"
         if status in (0, 5):  # a worse status already says the guest failed
@@ -326,6 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     for r in results:
         say(r.line())
+    if args.execute is None:
+        summary = write_summary(plans[0].results.parent, results)
+        say(f"summary: {summary}")
     status = worst_status([r.status for r in results])
     if args.bisect:
         status = bisect_status(status)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, ENV_TALLY_OWNER
+from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT
 
 __all__ = [
     "GUEST_ENV_FILE",
@@ -40,7 +40,7 @@ _PYTEST_PROCESS_STATE = frozenset(
     }
 )
 #: What the guest side sets itself.
-_GUEST_OWN = frozenset({ENV_GUEST, ENV_STRICT, ENV_RESULTS, ENV_TALLY_OWNER})
+_GUEST_OWN = frozenset({ENV_GUEST, ENV_STRICT, ENV_RESULTS})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

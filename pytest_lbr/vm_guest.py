@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, ENV_TALLY_OWNER
+from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, RESULTS_FILE
 from pytest_lbr.vm_env import read_guest_env
 from pytest_lbr.vm_run import STARTED, STATUS
 
@@ -78,9 +78,6 @@ def guest_main(
         **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
     )
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.pop(
-        ENV_TALLY_OWNER, None
-    )  # this guest's pytest writes its tally (a host pytest may have set it)
     if cache is not None:
         env["XDG_CACHE_HOME"] = str(cache.parent)  # the same cache whatever $HOME is here
     if execute is not None:
@@ -90,6 +87,9 @@ def guest_main(
         # not put on sys.path (a checkout of the plugin must not shadow the installed one).
         cmd = [sys.executable, "-P", "-m", "pytest", "-p", "no:cacheprovider"]
         cmd.append(f"--junitxml={results / 'junit.xml'}")
+        if not any(a == "--lbr-results" or a.startswith("--lbr-results=") for a in args):
+            # The runner's tally, summary.md and bisect verdicts read it.
+            cmd.append(f"--lbr-results={results / RESULTS_FILE}")
         if not any(a == "--lbr-report" or a.startswith("--lbr-report=") for a in args):
             cmd.append(f"--lbr-report={results / 'report'}")
         cmd += args

@@ -15,12 +15,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_lbr.guest import SPLATS_FILE, Tally, read_noted_splats
+from pytest_lbr.guest import RESULTS_FILE, SPLATS_FILE, Tally, read_noted_splats
 from pytest_lbr.kernel.kmsg import Splat, find_splats
+from pytest_lbr.results import Results, ResultsError, SplatRecord, read_results, summary_markdown
 from pytest_lbr.vm_env import write_guest_env
 from pytest_lbr.vm_host import strip_escapes
 from pytest_lbr.vm_messages import PRINT_LOCK, VmError
@@ -30,6 +31,7 @@ __all__ = [
     "EXIT_NO_GUEST",
     "EXIT_SKIP",
     "STARTED",
+    "SUMMARY_FILE",
     "STATUS",
     "GuestResult",
     "bisect_status",
@@ -37,7 +39,12 @@ __all__ = [
     "stop_guests",
     "unreported_splats",
     "worst_status",
+    "write_summary",
 ]
+
+#: The run's Markdown summary, in the results directory (and appended to
+#: $GITHUB_STEP_SUMMARY when that is set, as GitHub Actions does for a job).
+SUMMARY_FILE = "summary.md"
 
 #: Files of the results directory the guest side writes: that it started, its status.
 STARTED = "started"
@@ -197,6 +204,8 @@ class GuestResult:
     error: str = ""
     #: Why the guest failed though its command passed (a kernel splat pytest did not see).
     note: str = ""
+    #: Kernel splats in the guest's log that its pytest did not report.
+    splats: list[Splat] = field(default_factory=list)
 
     def line(self) -> str:
         """One summary line: counts, and the exit status."""
@@ -244,3 +253,25 @@ def unreported_splats(results: Path) -> list[Splat]:
 def bisect_status(status: int) -> int:
     """`git bisect run`'s view of a status: 0 good, 1 bad, anything else 125 (skip)."""
     return status if status in (0, 1) else EXIT_SKIP
+
+
+def write_summary(root: Path, guests: Sequence[GuestResult]) -> Path:
+    """Write `root/summary.md` from each guest's results file (and the kernel splats the
+    runner found in its log); append it to $GITHUB_STEP_SUMMARY when that is set."""
+    runs: dict[str, Results | None] = {}
+    for guest in guests:
+        try:
+            res: Results | None = read_results(guest.results / RESULTS_FILE)
+        except (OSError, ResultsError):
+            res = None
+        if res is not None:
+            res.splats += [SplatRecord(s.key, s.summary) for s in guest.splats]
+        runs[guest.label] = res
+    text = summary_markdown(runs)
+    path = root / SUMMARY_FILE
+    path.write_text(text, encoding="utf-8")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as out:
+            out.write(text)
+    return path

@@ -5,10 +5,12 @@ tests/test_adoption.py run the same inside real guests."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+
+from pytest_lbr.guest import Tally, read_tally
 
 pytest_plugins = ["pytester"]
 
@@ -102,15 +104,12 @@ def test_passes_then_teardown_fails(broken):
     pass
 """
     )
-    # A session started by a test of the guest's own run (the owner is another
-    # process) leaves the run's tally alone.
-    monkeypatch.setenv("PYTEST_LBR_TALLY_OWNER", "1")
-    suite.runpytest_subprocess().assert_outcomes(passed=2, failed=1, skipped=2, errors=1)
-    assert not (results / "tally.json").exists()
-    # The guest's outermost session writes it.
-    monkeypatch.delenv("PYTEST_LBR_TALLY_OWNER")
-    suite.runpytest_subprocess().assert_outcomes(passed=2, failed=1, skipped=2, errors=1)
-    tally = json.loads((results / "tally.json").read_text())
+    # The guest's pytest writes the results file (pytest-lbr vm passes --lbr-results);
+    # the tally is counted from its records.
+    suite.runpytest_subprocess(f"--lbr-results={results / 'results.jsonl'}").assert_outcomes(
+        passed=2, failed=1, skipped=2, errors=1
+    )
+    tally = asdict(read_tally(results) or Tally(-1))
     assert tally == {
         "passed": 1,
         "failed": 2,  # the strict skip, and the test whose teardown failed

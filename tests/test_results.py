@@ -4,6 +4,7 @@ summarised for CI job pages."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,73 @@ def test_a_clean_run_has_only_its_table_row() -> None:
     text = summary_markdown({"6.12": res})
     assert "| 6.12 (`6.12.117+deb12-amd64`) | 1 | 0 | 0 | 0 | 0 |" in text
     assert "##" not in text.replace("# pytest-lbr results", "")
+
+
+# -- a real run's records, summarised as pytest-lbr vm does -------------------------------
+
+pytest_plugins = ["pytester"]
+
+GUEST_SUITE = """
+import pytest
+from tracehelper import make_trace
+
+
+def test_golden(lbr_golden):
+    lbr_golden(make_trace(calls=CALLS))
+
+
+@pytest.mark.kernel
+def test_needs_what_this_kernel_lacks():
+    pytest.skip("no BPF trampolines here")
+
+
+def test_plain():
+    pass
+"""
+
+
+def test_the_summary_of_a_guest_run_with_a_mismatch_a_splat_and_a_strict_skip(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The records a real session writes in guest mode (a golden mismatch, a kernel test
+    whose skip strict mode fails), a kernel splat the runner found in the guest's log,
+    and the summary `pytest-lbr vm` writes, appended to $GITHUB_STEP_SUMMARY."""
+    from pytest_lbr.kernel.kmsg import find_splats
+    from pytest_lbr.vm_run import GuestResult, write_summary
+    from tests.test_plugin import TRACE_HELPER
+
+    pytester.makepyfile(tracehelper=TRACE_HELPER)
+    pytester.syspathinsert()
+    root = tmp_path / "lbr-results"
+    guest = root / "6.12"
+    guest.mkdir(parents=True)
+    monkeypatch.setenv("PYTEST_LBR_GUEST", "1")
+    monkeypatch.setenv("PYTEST_LBR_RESULTS", str(guest))
+    suite = GUEST_SUITE.replace("CALLS", "('rw_verify_area', 'write_null')")
+    pytester.makepyfile(test_run=suite)
+    pytester.runpytest("--lbr-golden-update", "-p", "no:cacheprovider").assert_outcomes(
+        passed=2, failed=1
+    )
+    pytester.makepyfile(test_run=suite.replace("'write_null'", "'write_zero'"))
+    pytester.runpytest(
+        f"--lbr-results={guest / 'results.jsonl'}", "-p", "no:cacheprovider"
+    ).assert_outcomes(passed=1, failed=2)
+    data = Path(__file__).parent / "data" / "dmesg-6.12-warn.txt"
+    splats = find_splats(data.read_text().splitlines())
+    assert splats
+    step = tmp_path / "step-summary.md"
+    step.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+
+    path = write_summary(root, [GuestResult("6.12", 1, guest, splats=splats[:1])])
+
+    text = path.read_text()
+    assert path == root / "summary.md"
+    assert step.read_text() == "earlier step\n" + text
+    release = os.uname().release
+    assert f"| 6.12 (`{release}`) | 1 | 2 | 0 | 1 | 1 |" in text
+    assert "### FAILED `test_run.py::test_golden`\n\ngolden trace mismatch: " in text
+    assert "```diff\n" in text and "+vfs_write -> write_zero" in text
+    assert "### Skips that became failures" in text
+    assert "- `test_run.py::test_needs_what_this_kernel_lacks`: kernel test skipped" in text
+    assert f"### Kernel splats\n\n- {splats[0].summary}" in text

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import vm, vm_plan, vm_run
+from pytest_lbr.guest import read_tally
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,
     EXIT_SKIP,
@@ -309,8 +310,12 @@ def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path
     assert (results / "dmesg.txt").stat().st_size > 0
     assert (results / "junit.xml").exists()
     assert not (results / vm.GUEST_ENV_FILE).exists()  # the guest read and deleted it
-    tally = json.loads((results / "tally.json").read_text())
-    assert (tally["passed"], tally["failed"], tally["skipped"], tally["traced"]) == (2, 1, 0, 1)
+    tally = read_tally(results)
+    assert tally is not None
+    assert (tally.passed, tally.failed, tally.skipped, tally.traced) == (2, 1, 0, 1)
+    # The run's summary, from the results records.
+    summary = (suite / "lbr-results" / "summary.md").read_text()
+    assert "| 6.1 (`6.1." in summary and "### FAILED `tests/test_guest.py::test_fails`" in summary
     assert (
         "[vm] 6.1: 2 passed, 1 failed, 0 skipped; ran with tracing: 1, ran marked kernel: 0 "
         "(exit 1;" in out.stderr
