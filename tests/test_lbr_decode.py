@@ -192,7 +192,7 @@ def test_layout_comes_from_the_object_btf(tracer: Path) -> None:
     assert layout.constants["LBR_RECORD_HIT"] == 1
     assert layout.constants["LBR_HOOK_FEXIT"] == 2
     assert layout.constants["LBR_HIT_HAS_RETVAL"] == 1
-    assert ctypes.sizeof(hit_record_type(layout.max_entries)) == 64 + 24 * layout.max_entries
+    assert ctypes.sizeof(hit_record_type(layout.max_entries)) == 80 + 24 * layout.max_entries
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
