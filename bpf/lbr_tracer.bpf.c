@@ -172,6 +172,8 @@ static __always_inline bool in_interrupt(__u32 cpu)
 /* Whether the scope set at load keeps a hit of process `tgid`. */
 static __always_inline bool in_scope(__u32 tgid)
 {
+	if (lbr_cfg.skip_tgid && tgid == lbr_cfg.skip_tgid)
+		return false;
 	switch (lbr_cfg.scope) {
 	case LBR_SCOPE_TGID:
 		return tgid == lbr_cfg.tgid;

@@ -72,6 +72,7 @@ struct lbr_config {
 	__u32 function; /* fentry/fexit: function index within a glob target */
 	enum lbr_scope_kind scope;
 	__u32 keep_irq; /* 0: drop hits in interrupt context (not the scope's work) */
+	__u32 skip_tgid; /* never this process (a live reader's own); 0: none */
 };
 
 struct lbr_hit {

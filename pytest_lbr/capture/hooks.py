@@ -92,7 +92,8 @@ class HookSet:
     the processes it forks while attached (and theirs); `cgroup` (a cgroup v2
     directory) keeps the tasks in it and its descendants instead. `interrupts`
     keeps hits in interrupt context (default: only where every task is traced,
-    tgid 0). The kernel filters: uprobes see every process.
+    tgid 0); `skip_tgid` is never recorded. The kernel filters: uprobes see every
+    process but `skip_tgid`.
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class HookSet:
         children: bool = False,
         cgroup: str | None = None,
         interrupts: bool | None = None,
+        skip_tgid: int = 0,
         fallback: str = DEFAULT_GLOB_FALLBACK,
     ) -> None:
         self.targets = list(targets)
@@ -114,6 +116,8 @@ class HookSet:
         self.children = children
         self.cgroup = cgroup
         self.interrupts = self.tgid == 0 and cgroup is None if interrupts is None else interrupts
+        #: A process never recorded, whatever the scope (a live reader's own).
+        self.skip_tgid = skip_tgid
         #: How a glob is attached where kprobe.multi is missing: "kprobe" or "fentry".
         self.fallback = fallback
         self.attached: list[_Attached] = []
@@ -314,6 +318,7 @@ class HookSet:
             function=function,
             scope=scope,
             keep_irq=keep_irq,
+            skip_tgid=self.skip_tgid,
         )
         rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
         check_int(

@@ -315,7 +315,9 @@ class LbrBackend:
         `live`: read with `poll()`, so never of this process)."""
         if live and scope.is_this_process:
             raise CaptureError(LIVE_OWN_PROCESS)
-        return LbrCapture(list(targets), filter=filter or "any", scope=scope, pmu=self.pmu)
+        return LbrCapture(
+            list(targets), filter=filter or "any", scope=scope, pmu=self.pmu, live=live
+        )
 
     def close(self) -> None:
         """Nothing to release: every capture releases its own objects."""
@@ -343,6 +345,7 @@ class LbrCapture:
         scope: Scope | str | None = None,
         machine: Machine | None = None,
         pmu: str = "hardware",
+        live: bool = False,
     ) -> None:
         self.targets = list(targets)
         #: Whose facts the trace carries (`Trace.arch`, the kernel release).
@@ -353,6 +356,9 @@ class LbrCapture:
             raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
         #: "software": no branch snapshot, software-clock perf events (`PMUS`).
         self.pmu = pmu
+        #: Read while armed by this process: its own work (printing the hits) is
+        #: never recorded, as the graph backend's live capture does.
+        self.live = live
         #: A decoded hit's target -> the symbol of the function it hooked (a kernel
         #: function, a BPF program's kallsyms name); none for a tracepoint or
         #: uprobe. Trimming keeps the branches up to its last one.
@@ -389,6 +395,7 @@ class LbrCapture:
                 children=self.scope.kind == "children",
                 cgroup=self.scope.cgroup,
                 interrupts=self.scope.interrupts,
+                skip_tgid=os.getpid() if self.live else 0,
             )
             self._hooks = hs
             hs.attach()

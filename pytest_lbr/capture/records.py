@@ -32,6 +32,7 @@ class ConfigRecord(Structure):
         ("function", c_uint32),
         ("scope", c_uint32),
         ("keep_irq", c_uint32),
+        ("skip_tgid", c_uint32),
     ]
 
 
