@@ -13,6 +13,7 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #if defined(__TARGET_ARCH_arm64) && !defined(__aarch64__)
 /*
@@ -46,6 +47,26 @@ struct {
 	__uint(max_entries, LBR_RINGBUF_SIZE);
 } lbr_events SEC(".maps");
 
+/* scope="children": the processes followed; seeded at arming, grown by lbr_fork. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LBR_MAX_TGIDS);
+	__type(key, __u32);
+	__type(value, __u8);
+} lbr_tgids SEC(".maps");
+
+/*
+ * cgroup=PATH: slot 0 holds the cgroup (an fd of its directory, set at arming).
+ * bpf_current_task_under_cgroup() counts its descendants too: Linux commit
+ * 60d20f9195b2 ("bpf: Add bpf_current_task_under_cgroup helper") (in v4.9).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} lbr_cgroup SEC(".maps");
+
 /* Keeps struct lbr_hit in the object's BTF for the layout test. */
 struct lbr_hit *lbr_hit_btf_anchor __attribute__((unused));
 
@@ -69,15 +90,114 @@ static __always_inline __u32 snapshot(void)
 	return cpu;
 }
 
+/*
+ * The kernel's own types, as much as is read here; CO-RE relocates the field
+ * offsets against the running kernel's BTF at load (no vmlinux.h needed).
+ */
+struct task_struct {
+	int pid;
+	int tgid;
+#if defined(__TARGET_ARCH_arm64)
+	struct {
+		__u64 preempt_count; /* arm64: union with struct { u32 count; u32 need_resched; } */
+	} thread_info;
+#endif
+} __attribute__((preserve_access_index));
+
+#if defined(__TARGET_ARCH_x86)
+/*
+ * x86 keeps preempt_count per CPU, under a name that moved twice: the variable
+ * __preempt_count until Linux commit 64701838bf05 ("x86/percpu: Move
+ * preempt_count next to current_task") (in v6.2) made it pcpu_hot.preempt_count,
+ * and commit 46e8fff6d45f ("x86/preempt: Move preempt count to percpu hot
+ * section") (in v6.15) made it __preempt_count again (6.1 has __preempt_count,
+ * 6.12 pcpu_hot).  They are typeless weak ksyms, which libbpf resolves from
+ * /proc/kallsyms: a missing one is 0 and in_interrupt reads as false.  Typed
+ * ksyms with bpf_this_cpu_ptr() would be simpler, but the verifier refuses to
+ * load any program holding one the kernel's kallsyms lacks (a kernel without
+ * CONFIG_KALLSYMS_ALL lists no variables), so every hook would fail to load.
+ */
+struct pcpu_hot___lbr {
+	int preempt_count;
+} __attribute__((preserve_access_index));
+
+extern const void __preempt_count __ksym __weak;
+extern const void pcpu_hot __ksym __weak;
+extern const void __per_cpu_offset __ksym __weak;
+#endif
+
+/* include/linux/preempt.h: the bits that say which context runs. */
+#define LBR_SOFTIRQ_OFFSET (1U << 8)
+#define LBR_HARDIRQ_MASK (0xfU << 16)
+#define LBR_NMI_MASK (0xfU << 20)
+
+/* This CPU's preempt_count (0 where the kernel does not say where it is). */
+static __always_inline __u32 preempt_count(__u32 cpu)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 var, base = 0;
+	__u32 pc = 0;
+
+	if (!&__per_cpu_offset)
+		return 0;
+	if (&__preempt_count)
+		var = (__u64)&__preempt_count;
+	else if (&pcpu_hot && bpf_core_type_exists(struct pcpu_hot___lbr))
+		var = (__u64)&pcpu_hot + bpf_core_field_offset(struct pcpu_hot___lbr, preempt_count);
+	else
+		return 0;
+	/* A per-CPU variable's symbol is its offset in every CPU's per-CPU area. */
+	bpf_probe_read_kernel(&base, sizeof(base), (const void *)((__u64)&__per_cpu_offset + cpu * 8));
+	bpf_probe_read_kernel(&pc, sizeof(pc), (const void *)(base + var));
+	return pc;
+#elif defined(__TARGET_ARCH_arm64)
+	return (__u32)bpf_get_current_task_btf()->thread_info.preempt_count;
+#else
+	return 0;
+#endif
+}
+
+/*
+ * !in_task(): a hardirq, an NMI, or serving a softirq (NAPI, XDP, timers).  A
+ * task that only disabled bottom halves (local_bh_disable) is still in task
+ * context, as the kernel's in_task() says.
+ */
+static __always_inline bool in_interrupt(__u32 cpu)
+{
+	__u32 pc = preempt_count(cpu);
+
+	return pc & (LBR_NMI_MASK | LBR_HARDIRQ_MASK | LBR_SOFTIRQ_OFFSET);
+}
+
+/* Whether the scope set at load keeps a hit of process `tgid`. */
+static __always_inline bool in_scope(__u32 tgid)
+{
+	if (lbr_cfg.skip_tgid && tgid == lbr_cfg.skip_tgid)
+		return false;
+	switch (lbr_cfg.scope) {
+	case LBR_SCOPE_TGID:
+		return tgid == lbr_cfg.tgid;
+	case LBR_SCOPE_TGIDS:
+		return bpf_map_lookup_elem(&lbr_tgids, &tgid) != NULL;
+	case LBR_SCOPE_CGROUP:
+		return bpf_current_task_under_cgroup(&lbr_cgroup, 0) == 1;
+	default:
+		return true;
+	}
+}
+
 static __always_inline int emit(__u32 cpu, __u32 hook, __u64 cookie, __u64 func_ip,
 				bool has_ret, __s64 retval)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	bool irq = in_interrupt(cpu);
 	struct lbr_hit *hit;
 	long ret;
 
-	/* Only the tracing process's threads, unless tgid is 0. */
-	if (lbr_cfg.tgid && (pid_tgid >> 32) != lbr_cfg.tgid)
+	/* Interrupt work is not the interrupted task's: only scopes that keep it. */
+	if (irq && !lbr_cfg.keep_irq)
+		return 0;
+	if (!in_scope(pid_tgid >> 32))
 		return 0;
 
 	hit = bpf_ringbuf_reserve(&lbr_events, sizeof(*hit), 0);
@@ -91,7 +211,8 @@ static __always_inline int emit(__u32 cpu, __u32 hook, __u64 cookie, __u64 func_
 	hit->func_ip = func_ip;
 	hit->ts_ns = bpf_ktime_get_ns();
 	hit->retval = has_ret ? retval : 0;
-	hit->flags = has_ret ? LBR_HIT_HAS_RETVAL : 0;
+	hit->flags = (has_ret ? LBR_HIT_HAS_RETVAL : 0) | (irq ? LBR_HIT_IN_INTERRUPT : 0);
+	bpf_get_current_comm(hit->comm, sizeof(hit->comm));
 	hit->cpu = cpu;
 	hit->pid = pid_tgid >> 32;
 	hit->tid = (__u32)pid_tgid;
@@ -194,4 +315,20 @@ int lbr_uretprobe(struct pt_regs *ctx)
 
 	return emit(cpu, LBR_HOOK_URETPROBE, bpf_get_attach_cookie(ctx), 0, true,
 		    (__s64)PT_REGS_RC(ctx));
+}
+
+/*
+ * scope="children": a process forked by a followed one is followed too (a new
+ * thread has its parent's tgid, already followed).  tp_btf programs (BTF-typed
+ * raw tracepoints) are in Linux since v5.5; both guests' kernels have them.
+ */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(lbr_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	__u8 one = 1;
+
+	if (ptgid != ctgid && bpf_map_lookup_elem(&lbr_tgids, &ptgid))
+		bpf_map_update_elem(&lbr_tgids, &ctgid, &one, BPF_NOEXIST);
+	return 0;
 }

@@ -19,6 +19,18 @@ enum lbr_limits {
 	LBR_MAX_CPUS = 1024,
 	/* Ring buffer size in bytes (a power of two, multiple of the page size). */
 	LBR_RINGBUF_SIZE = 4 * 1024 * 1024,
+	/* Processes scope="children" can follow (the tracked-tgid hash map). */
+	LBR_MAX_TGIDS = 16384,
+	/* Bytes of a task's command name (TASK_COMM_LEN). */
+	LBR_COMM_LEN = 16,
+};
+
+/* Whose hits are kept (struct lbr_config.scope). */
+enum lbr_scope_kind {
+	LBR_SCOPE_ALL = 0,    /* every task, and interrupt context if keep_irq */
+	LBR_SCOPE_TGID = 1,   /* the threads of process lbr_config.tgid */
+	LBR_SCOPE_TGIDS = 2,  /* the processes in lbr_tgids (what they fork joins it) */
+	LBR_SCOPE_CGROUP = 3, /* tasks in the cgroup of lbr_cgroup[0] and its descendants */
 };
 
 /* Every record starts with a type tag. */
@@ -41,6 +53,8 @@ enum lbr_hook_kind {
 /* struct lbr_hit.flags bits */
 enum lbr_hit_flags {
 	LBR_HIT_HAS_RETVAL = 1,
+	/* The hook ran in hardirq, NMI or while serving a softirq (!in_task()). */
+	LBR_HIT_IN_INTERRUPT = 2,
 };
 
 /* Same layout as uapi struct perf_branch_entry (24 bytes). */
@@ -52,10 +66,13 @@ struct lbr_entry {
 
 /* Set before load (const volatile .rodata); lives at offset 0 of .rodata. */
 struct lbr_config {
-	__u32 tgid;     /* only this process's threads; 0 = every process */
+	__u32 tgid;     /* LBR_SCOPE_TGID: this process's threads */
 	__u32 target;   /* fentry/fexit: target index reported as cookie << 32 */
 	__u32 snapshot; /* 0: hits only, no bpf_get_branch_snapshot() */
 	__u32 function; /* fentry/fexit: function index within a glob target */
+	enum lbr_scope_kind scope;
+	__u32 keep_irq; /* 0: drop hits in interrupt context (not the scope's work) */
+	__u32 skip_tgid; /* never this process (a live reader's own); 0: none */
 };
 
 struct lbr_hit {
@@ -71,6 +88,7 @@ struct lbr_hit {
 	__s32 snapshot_ret; /* bpf_get_branch_snapshot() return: bytes or -errno */
 	__u32 nr_entries;
 	enum lbr_hit_flags flags;
+	char comm[LBR_COMM_LEN]; /* bpf_get_current_comm() at the hit */
 	struct lbr_entry entries[LBR_MAX_ENTRIES];
 };
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from pytest_lbr.capture import BACKENDS, FILTERS
+from pytest_lbr.capture import BACKENDS, FILTERS, PMUS
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, format_branches, format_hit_header
 from pytest_lbr.progress import set_progress
 
@@ -129,7 +129,9 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             scope = Scope.of("process", cgroup=args.cgroup)
         else:
             scope = Scope.of("system")
-        live = LiveTrace(args.targets, backend=args.backend, scope=scope, filter=args.filter)
+        live = LiveTrace(
+            args.targets, backend=args.backend, scope=scope, filter=args.filter, pmu=args.pmu
+        )
     except (TargetError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if args.errors_only:
@@ -568,6 +570,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=BACKENDS,
         default="auto",
         help="auto (default): LBR where the CPU has it, else graph",
+    )
+    tr.add_argument(
+        "--pmu",
+        choices=PMUS,
+        default="hardware",
+        help="what the lbr backend runs on: hardware (default: the CPU's LBR) or software "
+        "(software perf events: every hit, no branches, where no CPU has LBR)",
     )
     tr.add_argument("--filter", choices=FILTERS, help="LBR branch filter (LBR only)")
     tr.add_argument("--disasm", action="store_true", help="show the instructions at each branch")

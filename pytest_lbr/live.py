@@ -147,9 +147,14 @@ class LiveTrace:
         scope: Scope | None = None,
         interval: float = 0.1,
         filter: str | None = None,
+        pmu: str = "hardware",
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if backend != "auto":
+            backend_class(backend, pmu)  # ValueError: a backend that does not run on pmu
+        #: The PMU the backend runs on (`--pmu`).
+        self.pmu = pmu
         if backend != "auto" and not backend_class(backend).capabilities.live:
             streams = [n for n in REGISTRY if backend_class(n).capabilities.live]
             why = backend_class(backend).capabilities.why("live")
@@ -183,7 +188,7 @@ class LiveTrace:
                     quiet.enter_context(libbpf_messages())
                 except OSError:
                     pass
-                self._backend = resolve_backend(self._wanted, live=True)
+                self._backend = resolve_backend(self._wanted, live=True, pmu=self.pmu)
         return self._backend
 
     @property
@@ -191,12 +196,12 @@ class LiveTrace:
         """The backend's name: without probing where only one backend could stream."""
         if self._wanted != "auto":
             return self._wanted
-        return auto_choice(live=True) or self.backend.name
+        return auto_choice(live=True, pmu=self.pmu) or self.backend.name
 
     @property
     def capabilities(self) -> Capabilities:
         """What the backend can do (`backend_name`'s, without arming it)."""
-        return backend_class(self.backend_name).capabilities
+        return backend_class(self.backend_name, self.pmu).capabilities
 
     @property
     def available(self) -> bool:

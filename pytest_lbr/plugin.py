@@ -17,6 +17,7 @@ from pytest_lbr.session import (
     ALLOW_SPLAT_MARKER,
     BACKEND_CHOICES,
     FILTER_CHOICES,
+    PMU_CHOICES,
     SESSION_KEY,
     SPLAT_CHOICES,
     LbrSession,
@@ -40,6 +41,16 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
             "choices": BACKEND_CHOICES,
             "help": "auto (hardware LBR where the CPU has "
             "it, else graph), lbr or graph (default: auto)",
+        },
+        "string",
+    ),
+    (
+        "--lbr-pmu",
+        {
+            "choices": PMU_CHOICES,
+            "help": "what the lbr backend runs on: hardware (the CPU's LBR, default) or "
+            "software (software perf events: every hit, no branches; proves targets, hooks "
+            "and scopes on the LBR path where no CPU has LBR)",
         },
         "string",
     ),

@@ -36,6 +36,7 @@ __all__ = [
     "EXIT_CANNOT_TRACE",
     "FILTER_CHOICES",
     "LEVEL_CHOICES",
+    "PMU_CHOICES",
     "SESSION_KEY",
     "SPLAT_CHOICES",
     "LbrSession",
@@ -43,8 +44,9 @@ __all__ = [
 ]
 
 # Kept here (not imported from pytest_lbr.capture) so option parsing imports nothing heavy;
-# tests/test_plugin.py checks they equal pytest_lbr.capture.BACKENDS / FILTERS / SCOPES.
+# tests/test_plugin.py checks they equal pytest_lbr.capture.BACKENDS / FILTERS / SCOPES / PMUS.
 BACKEND_CHOICES = ("auto", "lbr", "graph")
+PMU_CHOICES = ("hardware", "software")
 FILTER_CHOICES = (
     "any",
     "any_call",
@@ -90,6 +92,7 @@ class LbrSession:
         self.config = config
         self.enabled = bool(self._option("lbr"))
         self.backend = str(self._option("lbr_backend") or "auto")
+        self.pmu = str(self._option("lbr_pmu") or "hardware")
         self.require = bool(self._option("lbr_require"))
         self.filter = self._option("lbr_filter") or None
         self.scope = str(self.config.getini("lbr_scope") or "process")
@@ -104,6 +107,7 @@ class LbrSession:
             and bool(config.getoption("tx", None))
         )
         self._check_choice("--lbr-backend / lbr_backend", self.backend, BACKEND_CHOICES)
+        self._check_choice("--lbr-pmu / lbr_pmu", self.pmu, PMU_CHOICES)
         # Kernel splats: on by default only in a pytest-lbr vm guest; a developer's own
         # kernel log holds other people's warnings.
         self.splat_mode = str(
@@ -259,7 +263,7 @@ class LbrSession:
             try:
                 from pytest_lbr.capture import resolve_backend
 
-                self._backend = backend = resolve_backend(self.backend)
+                self._backend = backend = resolve_backend(self.backend, pmu=self.pmu)
                 cap = backend.capability
                 self._probe = (cap.available, cap.backend, cap.reason if not cap.available else "")
             except Exception as e:  # a backend that cannot even be imported is unavailable

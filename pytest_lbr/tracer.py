@@ -18,7 +18,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_lbr.capture import BACKENDS, FILTERS, Backend, CaptureError, Scope, resolve_backend
+from pytest_lbr.capture import (
+    BACKENDS,
+    FILTERS,
+    PMUS,
+    Backend,
+    CaptureError,
+    Scope,
+    resolve_backend,
+)
 from pytest_lbr.capture.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.targets import parse_targets
@@ -48,9 +56,15 @@ class Tracer:
         filter: str | None = None,
         vmlinux: str | None = None,
         scope: str = "process",
+        pmu: str = "hardware",
     ) -> None:
         if isinstance(backend, str) and backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if pmu not in PMUS:
+            raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
+        #: The PMU backends this tracer resolves itself run on (`--lbr-pmu`; a shared
+        #: `Backend` carries its own).
+        self.pmu = backend.pmu if isinstance(backend, Backend) else pmu
         check_filter(filter)
         Scope.of(scope)
         #: The scope of a `trace()` that names none (the plugin's ini key `lbr_scope`).
@@ -98,11 +112,11 @@ class Tracer:
 
         `scope` says whose work is recorded (default: the tracer's `scope`):
         "process" (this process's threads),
-        "children" (also the processes they start while armed, and theirs;
-        graph backend) or "system" (every task, and interrupt context). `pid=N`
+        "children" (also the processes they start while armed, and theirs)
+        or "system" (every task, and interrupt context). `pid=N`
         records process N instead of this one (with "children", also what it
-        starts); `cgroup=PATH` every task of that cgroup v2 directory (relative
-        paths are under /sys/fs/cgroup), and interrupt context (graph backend).
+        starts); `cgroup=PATH` every task of that cgroup v2 directory and its
+        descendants (relative paths are under /sys/fs/cgroup), and interrupt context.
         Each hit says where it ran (`cpu`, `pid`, `tid`, `comm`, `in_interrupt`).
         The trace is empty inside the block and complete after it; every kernel
         object the trace added is released on exit, whatever happened inside.
@@ -158,7 +172,7 @@ class Tracer:
                 raise ValueError(
                     f"unknown backend {wanted!r}; expected one of {', '.join(BACKENDS)}"
                 )
-            self._own[wanted] = resolve_backend(wanted)
+            self._own[wanted] = resolve_backend(wanted, pmu=self.pmu)
         return self._own[wanted]
 
 

@@ -33,13 +33,25 @@ def test_the_registry_is_the_list_of_backends() -> None:
     assert not capture.probe("fast").available
 
 
-def test_a_scope_a_backend_lacks_is_refused_with_what_is_missing() -> None:
-    lbr = backend_class("lbr").capabilities
-    assert lbr.lacks(Scope.of("children")) == ["children"]
-    assert lbr.lacks(Scope.of("process", pid=os.getpid())) == []
-    assert backend_class("graph").capabilities.lacks(Scope.of("children")) == []
-    with pytest.raises(CaptureError, match=r"cannot trace children yet \(its hooks filter"):
-        open_capture("lbr", [], scope="children")
+def test_every_backend_records_every_scope() -> None:
+    for name in REGISTRY:
+        caps = backend_class(name).capabilities
+        assert caps.lacks(Scope.of("children")) == []
+        assert caps.lacks(Scope.of("process", pid=os.getpid())) == []
+        assert caps.lacks(Scope.of("children", pid=os.getpid())) == []
+
+
+def test_the_software_pmu_is_the_lbr_backend_without_branches() -> None:
+    soft = backend_class("lbr", "software")
+    assert soft.name == "lbr"
+    assert not soft.capabilities.branches
+    assert soft.capabilities.scopes == backend_class("lbr").capabilities.scopes
+    assert "no branches" in soft.capabilities.why("branches")
+    with pytest.raises(ValueError, match=r"the graph backend does not run on --lbr-pmu=software"):
+        backend_class("graph", "software")
+    assert not capture.probe("graph", "software").available
+    with pytest.raises(ValueError, match="unknown PMU 'fpga'"):
+        open_capture("lbr", [], pmu="fpga")
 
 
 @pytest.mark.parametrize("backend", list(REGISTRY))

@@ -192,7 +192,7 @@ def test_layout_comes_from_the_object_btf(tracer: Path) -> None:
     assert layout.constants["LBR_RECORD_HIT"] == 1
     assert layout.constants["LBR_HOOK_FEXIT"] == 2
     assert layout.constants["LBR_HIT_HAS_RETVAL"] == 1
-    assert ctypes.sizeof(hit_record_type(layout.max_entries)) == 64 + 24 * layout.max_entries
+    assert ctypes.sizeof(hit_record_type(layout.max_entries)) == 80 + 24 * layout.max_entries
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
@@ -242,3 +242,21 @@ def test_ring_buffer_record_decodes(ksyms: Kallsyms, tracer: Path) -> None:
     )
     assert hit.entries == entries
     assert struct.unpack_from("<I", bytes(rec))[0] == c["LBR_RECORD_HIT"]
+
+
+def test_a_record_says_its_comm_and_interrupt_context(tracer: Path) -> None:
+    layout = tracer_layout(tracer)
+    c = layout.constants
+    rec: Any = hit_record_type(layout.max_entries)(
+        type=c["LBR_RECORD_HIT"],
+        hook=c["LBR_HOOK_FENTRY"],
+        flags=c["LBR_HIT_IN_INTERRUPT"],
+        comm=b"ksoftirqd/1",
+        pid=15,
+        tid=15,
+    )
+    hit = decode_record(bytes(rec), layout)
+    assert (hit.comm, hit.in_interrupt, hit.retval) == ("ksoftirqd/1", True, None)
+    rec.flags, rec.comm = c["LBR_HIT_HAS_RETVAL"], b"fifteen-chars-x"  # TASK_COMM_LEN - 1
+    hit = decode_record(bytes(rec), layout)
+    assert (hit.comm, hit.in_interrupt, hit.retval) == ("fifteen-chars-x", False, 0)

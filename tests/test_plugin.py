@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import capture, golden
-from pytest_lbr.session import BACKEND_CHOICES, EXIT_CANNOT_TRACE, FILTER_CHOICES, SCOPE_CHOICES
+from pytest_lbr.session import (
+    BACKEND_CHOICES,
+    EXIT_CANNOT_TRACE,
+    FILTER_CHOICES,
+    PMU_CHOICES,
+    SCOPE_CHOICES,
+)
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,6 +97,7 @@ def test_choices_match_the_capture_engine() -> None:
     assert BACKEND_CHOICES == capture.BACKENDS
     assert FILTER_CHOICES == capture.FILTERS
     assert SCOPE_CHOICES == capture.SCOPES
+    assert PMU_CHOICES == capture.PMUS
 
 
 def test_help_lists_the_option_group(pytester: pytest.Pytester) -> None:

@@ -107,13 +107,13 @@ def test_bcc_missing_at_import_is_one_line_with_the_fix(pytester: pytest.Pyteste
     _one_line(result, "test_bcc.py: cannot import bcc: ", BCC_MISSING)
 
 
-def test_children_scope_on_the_lbr_backend_says_to_use_graph() -> None:
+def test_the_software_pmu_on_the_graph_backend_says_which_backend_takes_it() -> None:
     # Checked before anything is loaded: no kernel needed.
-    from pytest_lbr.capture import CaptureError, open_capture
+    from pytest_lbr.capture import open_capture
 
-    with pytest.raises(CaptureError) as err:
-        open_capture("lbr", [], scope="children")
+    with pytest.raises(ValueError) as err:
+        open_capture("graph", [], pmu="software")
     assert str(err.value) == (
-        "the lbr backend cannot trace children yet (its hooks filter by one process id, "
-        "or none with scope='system'); use backend='graph'"
+        "the graph backend does not run on --lbr-pmu=software (only lbr does): "
+        "drop --lbr-pmu or pick that backend"
     )

@@ -37,6 +37,8 @@ from pytest_lbr.targets import Target
 __all__ = [
     "BACKENDS",
     "FILTERS",
+    "PMUS",
+    "PMU_REGISTRY",
     "REGISTRY",
     "SCOPES",
     "Scope",
@@ -60,56 +62,91 @@ REGISTRY: dict[str, str] = {
     "graph": "pytest_lbr.capture.graph:GraphBackend",
 }
 
+#: Backends that also run on a PMU other than the CPU's ("hardware", the default):
+#: (name, PMU) -> "module:class" of that variant's driver (`--lbr-pmu`).
+PMU_REGISTRY: dict[tuple[str, str], str] = {
+    ("lbr", "software"): "pytest_lbr.capture.lbr:LbrSoftwareBackend",
+}
+
 #: Backend names a user can ask for.
 BACKENDS = ("auto", *REGISTRY)
+#: PMUs a user can ask for (`--lbr-pmu`).
+PMUS = ("hardware", *sorted({pmu for _, pmu in PMU_REGISTRY}))
 
 
-def backend_class(name: str) -> type[BackendDriver]:
-    """The driver class of backend `name` (ValueError naming the known ones otherwise)."""
+def backend_class(name: str, pmu: str = "hardware") -> type[BackendDriver]:
+    """The driver class of backend `name` on `pmu` (ValueError naming the known ones
+    otherwise)."""
+    if pmu not in PMUS:
+        raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
     try:
-        module, _, cls = REGISTRY[name].partition(":")
+        where = REGISTRY[name] if pmu == "hardware" else PMU_REGISTRY[(name, pmu)]
     except KeyError:
+        if name in REGISTRY:
+            takes = sorted({n for n, p in PMU_REGISTRY if p == pmu})
+            raise ValueError(
+                f"the {name} backend does not run on --lbr-pmu={pmu} "
+                f"(only {', '.join(takes)} does): drop --lbr-pmu or pick that backend"
+            ) from None
         raise ValueError(
             f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}"
         ) from None
+    module, _, cls = where.partition(":")
     found: type[BackendDriver] = getattr(importlib.import_module(module), cls)
     return found
 
 
-def probe(backend: str) -> Capability:
-    """Probe one concrete backend (a `REGISTRY` name); never raises."""
+def _runs_on(name: str, pmu: str) -> bool:
+    return pmu == "hardware" or (name, pmu) in PMU_REGISTRY
+
+
+def probe(backend: str, pmu: str = "hardware") -> Capability:
+    """Probe one concrete backend (a `REGISTRY` name) on `pmu`; never raises."""
     if backend not in REGISTRY:
         return Capability(
             backend, False, f"unknown backend {backend!r}; expected one of {BACKENDS}"
         )
-    return backend_class(backend).probe()
+    try:
+        cls = backend_class(backend, pmu)
+    except ValueError as exc:
+        return Capability(backend, False, str(exc))
+    return cls.probe()
 
 
-def resolve_backend(wanted: str, *, live: bool = False) -> Backend:
+def resolve_backend(wanted: str, *, live: bool = False, pmu: str = "hardware") -> Backend:
     """Probe `wanted` ("auto" or a `REGISTRY` name) once; "auto" takes the first
     backend of `REGISTRY` that works here (LBR where the CPU has it, else the graph
-    backend), and with `live` only backends that stream. Never raises: an
-    unusable backend says why."""
+    backend), and with `live` only backends that stream; with a `pmu` other than
+    "hardware" only backends that run on it. Never raises: an unusable backend
+    says why."""
     if wanted != "auto":
-        return Backend(probe(wanted), wanted)
-    names = [n for n in REGISTRY if not live or backend_class(n).capabilities.live]
+        return Backend(probe(wanted, pmu), wanted, pmu)
+    names = [
+        n
+        for n in REGISTRY
+        if _runs_on(n, pmu) and (not live or backend_class(n, pmu).capabilities.live)
+    ]
     refused: list[Capability] = []
     for name in names:
-        cap = probe(name)
+        cap = probe(name, pmu)
         if cap.available:
-            return Backend(cap, wanted)
+            return Backend(cap, wanted, pmu)
         refused.append(cap)
     # None works: the last one's reason, and why the others did not either.
     last = refused[-1]
     for other in refused[:-1]:
         last.reason = f"{last.reason} (and no {other.backend.upper()}: {other.reason})"
-    return Backend(last, wanted)
+    return Backend(last, wanted, pmu)
 
 
-def auto_choice(*, live: bool = False) -> str | None:
+def auto_choice(*, live: bool = False, pmu: str = "hardware") -> str | None:
     """The backend "auto" picks where that is known without probing (one candidate
-    left; with `live`, of the backends that stream), else None."""
-    names = [n for n in REGISTRY if not live or backend_class(n).capabilities.live]
+    left; with `live`, of the backends that stream; on `pmu`), else None."""
+    names = [
+        n
+        for n in REGISTRY
+        if _runs_on(n, pmu) and (not live or backend_class(n, pmu).capabilities.live)
+    ]
     return names[0] if len(names) == 1 else None
 
 
@@ -121,10 +158,14 @@ class Backend:
     session pays for that once; LBR keeps nothing. Captures opened here share it.
     """
 
-    def __init__(self, capability: Capability, requested: str | None = None) -> None:
+    def __init__(
+        self, capability: Capability, requested: str | None = None, pmu: str = "hardware"
+    ) -> None:
         self.capability = capability
         #: The name it was resolved from ("auto" or the backend's own).
         self.requested = requested or capability.backend
+        #: The PMU its captures run on (`PMUS`).
+        self.pmu = pmu
         self._driver: BackendDriver | None = None
 
     @property
@@ -135,7 +176,7 @@ class Backend:
     @property
     def capabilities(self) -> Capabilities:
         """What the backend can do (known without arming it)."""
-        return backend_class(self.name).capabilities
+        return backend_class(self.name, self.pmu).capabilities
 
     def open(
         self,
@@ -150,7 +191,7 @@ class Backend:
         if not self.capability.available:
             raise CaptureError(f"{self.name} backend unavailable: {self.capability.reason}")
         if self._driver is None:
-            self._driver = backend_class(self.name)()
+            self._driver = backend_class(self.name, self.pmu)()
         return self._driver.open(list(targets), scope=as_scope(scope), filter=filter, live=live)
 
     def close(self) -> None:
@@ -169,11 +210,12 @@ def open_capture(
     *,
     filter: str | None = None,
     scope: Scope | str | None = None,
+    pmu: str = "hardware",
 ) -> Capture:
-    """A not-yet-armed capture of `targets` on a concrete backend (a `REGISTRY` name),
-    set up for this capture alone (`Backend.open` shares the set-up between captures):
-    its `close()` releases that set-up too."""
-    driver = backend_class(backend)()
+    """A not-yet-armed capture of `targets` on a concrete backend (a `REGISTRY` name)
+    and `pmu`, set up for this capture alone (`Backend.open` shares the set-up between
+    captures): its `close()` releases that set-up too."""
+    driver = backend_class(backend, pmu)()
     try:
         capture = driver.open(list(targets), scope=as_scope(scope), filter=filter)
     except BaseException:

@@ -59,6 +59,14 @@ __all__ = ["DEFAULT_GLOB_FALLBACK", "HookSet", "try_load_fexit"]
 #: So kprobe is the default: it scales to a whole subsystem glob.
 DEFAULT_GLOB_FALLBACK = "kprobe"
 
+#: The maps every loaded tracer object shares with the first: (key, map name).
+_SHARED_MAPS = (
+    ("ringbuf", b"lbr_events"),
+    ("bss", b".bss"),
+    ("lost", b".data.lost"),
+    ("tgids", b"lbr_tgids"),
+    ("cgroup", b"lbr_cgroup"),
+)
 _SAMPLE_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
 _BPF_PROG_TYPE_TRACING = 26
 
@@ -80,7 +88,12 @@ class HookSet:
     `snapshot=False` skips bpf_get_branch_snapshot() (hits only). Exit hooks
     (fexit, kretprobe, uretprobe) report the return value; `fentry=True` hooks
     BPF programs and kernel functions on entry instead. `tgid` limits kernel
-    hooks to one process (default: this one; 0: all); uprobes see every process.
+    hooks to one process (default: this one; 0: all); `children` also follows
+    the processes it forks while attached (and theirs); `cgroup` (a cgroup v2
+    directory) keeps the tasks in it and its descendants instead. `interrupts`
+    keeps hits in interrupt context (default: only where every task is traced,
+    tgid 0); `skip_tgid` is never recorded. The kernel filters: uprobes see every
+    process but `skip_tgid`.
     """
 
     def __init__(
@@ -90,12 +103,21 @@ class HookSet:
         snapshot: bool,
         fentry: bool = False,
         tgid: int | None = None,
+        children: bool = False,
+        cgroup: str | None = None,
+        interrupts: bool | None = None,
+        skip_tgid: int = 0,
         fallback: str = DEFAULT_GLOB_FALLBACK,
     ) -> None:
         self.targets = list(targets)
         self.snapshot = snapshot
         self.fentry = fentry
         self.tgid = os.getpid() if tgid is None else tgid
+        self.children = children
+        self.cgroup = cgroup
+        self.interrupts = self.tgid == 0 and cgroup is None if interrupts is None else interrupts
+        #: A process never recorded, whatever the scope (a live reader's own).
+        self.skip_tgid = skip_tgid
         #: How a glob is attached where kprobe.multi is missing: "kprobe" or "fentry".
         self.fallback = fallback
         self.attached: list[_Attached] = []
@@ -130,6 +152,8 @@ class HookSet:
         except FileNotFoundError as exc:
             raise CaptureError(tracer_not_built(exc.filename)) from None
         try:
+            if self.children and self.tgid:
+                self._attach_fork()
             for index, target in enumerate(self.targets):
                 self.attached.append(self._attach_one(index, target))
             self._open_ringbuf()
@@ -213,6 +237,60 @@ class HookSet:
 
     # -- loading ------------------------------------------------------------------
 
+    def _scope(self, tgid: int) -> tuple[int, int]:
+        """(enum lbr_scope_kind, keep_irq) of an object filtering for `tgid` (0: none)."""
+        c = tracer_layout(self._object).constants
+        if self.cgroup is not None and tgid:
+            kind = c["LBR_SCOPE_CGROUP"]
+        elif not tgid:
+            kind = c["LBR_SCOPE_ALL"]
+        elif self.children:
+            kind = c["LBR_SCOPE_TGIDS"]
+        else:
+            kind = c["LBR_SCOPE_TGID"]
+        return kind, int(self.interrupts or not tgid)
+
+    def _seed(self) -> None:
+        """Fill the scope's maps right after the first load, before anything attaches."""
+        if self.children and self.tgid:
+            key, one = c_uint32(self.tgid), ctypes.c_uint8(1)
+            check_int(
+                lib.bpf_map_update_elem(
+                    self._shared["tgids"], ctypes.byref(key), ctypes.byref(one), 0
+                ),
+                "follow the traced process",
+            )
+        if self.cgroup is not None:
+            try:
+                fd = os.open(self.cgroup, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as exc:
+                raise CaptureError(f"cgroup {self.cgroup}: {exc.strerror}") from None
+            try:
+                key, val = c_uint32(0), c_uint32(fd)
+                check_int(
+                    lib.bpf_map_update_elem(
+                        self._shared["cgroup"], ctypes.byref(key), ctypes.byref(val), 0
+                    ),
+                    f"trace cgroup {self.cgroup}",
+                )
+            finally:
+                os.close(fd)
+
+    def _attach_fork(self) -> None:
+        """scope="children": the tp_btf program that follows every fork of a followed process."""
+        obj, prog = self._open("lbr_fork", self.tgid)
+        try:
+            self._load(obj, "following forks (tp_btf/sched_process_fork)")
+            self._links.append(
+                _link(lib.bpf_program__attach_trace(prog), "attach tp_btf/sched_process_fork")
+            )
+        except BpfError as exc:
+            raise CaptureError(
+                f'scope="children" needs a tp_btf program on sched_process_fork (BTF-typed '
+                f"raw tracepoints, Linux 5.5, and kernel BTF), which this kernel refused: "
+                f"{exc}; use --lbr-backend=graph"
+            ) from None
+
     def _open(self, program: str, tgid: int, target: int = 0, function: int = 0) -> tuple[int, int]:
         """Open the tracer object with only `program` autoloaded; returns (obj, prog)."""
         path = self._object or tracer_object()
@@ -232,14 +310,23 @@ class HookSet:
             raise CaptureError(
                 f"LBR tracer object has no program {program!r}; rebuild it (make -C bpf)"
             )
-        cfg = ConfigRecord(tgid=tgid, target=target, snapshot=int(self.snapshot), function=function)
+        scope, keep_irq = self._scope(tgid)
+        cfg = ConfigRecord(
+            tgid=tgid,
+            target=target,
+            snapshot=int(self.snapshot),
+            function=function,
+            scope=scope,
+            keep_irq=keep_irq,
+            skip_tgid=self.skip_tgid,
+        )
         rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
         check_int(
             lib.bpf_map__set_initial_value(rodata, ctypes.byref(cfg), ctypes.sizeof(cfg)),
             "set tracer config",
         )
-        # Share the ring buffer, snapshot slots and lost counter with the first object.
-        for key, name in (("ringbuf", b"lbr_events"), ("bss", b".bss"), ("lost", b".data.lost")):
+        # Share the ring buffer, snapshot slots, lost counter and scope maps with the first object.
+        for key, name in _SHARED_MAPS:
             m = lib.bpf_object__find_map_by_name(obj, name)
             if key in self._shared:
                 check_int(lib.bpf_map__reuse_fd(m, self._shared[key]), f"reuse {name.decode()}")
@@ -256,12 +343,9 @@ class HookSet:
                 ) from None
             raise
         if not self._shared:
-            for key, name in (
-                ("ringbuf", b"lbr_events"),
-                ("bss", b".bss"),
-                ("lost", b".data.lost"),
-            ):
+            for key, name in _SHARED_MAPS:
                 self._shared[key] = lib.bpf_map__fd(lib.bpf_object__find_map_by_name(obj, name))
+            self._seed()
 
     def _prog_in(self, obj: int, name: str) -> int:
         return int(lib.bpf_object__find_program_by_name(obj, name.encode()))

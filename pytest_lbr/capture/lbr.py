@@ -12,6 +12,7 @@ check them.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from collections.abc import Callable, Sequence
@@ -42,7 +43,11 @@ __all__ = [
     "BRANCH_TYPE_KINDS",
     "BranchFlags",
     "LBR_CAPABILITIES",
+    "LBR_SOFTWARE_CAPABILITIES",
+    "NO_BRANCHES_NOTE",
+    "PMUS",
     "LbrBackend",
+    "LbrSoftwareBackend",
     "LbrCapture",
     "branch_events_problem",
     "branch_kind",
@@ -119,19 +124,31 @@ def decode_branches(
 _CAP_PERFMON, _CAP_BPF = 38, 39
 _BPF_PROG_TYPE_KPROBE = 2
 _BPF_FUNC_get_branch_snapshot = 176
-_probed: dict[int, Capability] = {}
+_probed: dict[tuple[int, str], Capability] = {}
+
+#: The PMUs the LBR backend runs on (`--lbr-pmu`): "hardware" takes the CPU's branch
+#: records at every hit; "software" opens software-clock perf events instead and
+#: records every hit (who, where, retval, loss) without branches, where no CPU has LBR.
+PMUS = ("hardware", "software")
+
+#: The note a trace taken on software perf events carries.
+NO_BRANCHES_NOTE = (
+    "no branches: the lbr backend ran on software perf events (--lbr-pmu=software, "
+    "pytest-lbr trace --pmu software): hits say who, where and retval, not the branches"
+)
 
 
-def probe_lbr() -> Capability:
-    """Can the LBR backend trace here? Cached per process; never raises."""
-    pid = os.getpid()
-    if pid not in _probed:
+def probe_lbr(pmu: str = "hardware") -> Capability:
+    """Can the LBR backend trace here (on `pmu`, one of `PMUS`)? Cached per process;
+    never raises."""
+    key = (os.getpid(), pmu)
+    if key not in _probed:
         try:
-            reason = _probe()
+            reason = _probe_hooks() or (_probe() if pmu == "hardware" else _probe_software())
         except Exception as exc:  # a probe must answer, not crash the session
             reason = f"LBR probe failed: {exc}"
-        _probed[pid] = Capability("lbr", not reason, reason)
-    return _probed[pid]
+        _probed[key] = Capability("lbr", not reason, reason)
+    return _probed[key]
 
 
 def _has_caps() -> bool:
@@ -165,10 +182,10 @@ def branch_events_problem(exc: OSError) -> str:
     return f"perf_event_open(branch stack) failed: {exc}"
 
 
-def _probe() -> str:
+def _probe_hooks() -> str:
+    """Why the tracer's hooks cannot load here ("" if they can): what every PMU needs."""
     from pytest_lbr.capture import hooks
-    from pytest_lbr.capture.tracer_object import object_arch, tracer_not_built, tracer_object
-    from pytest_lbr.kernel import perf
+    from pytest_lbr.capture.tracer_object import tracer_not_built, tracer_object
     from pytest_lbr.libbpf import BpfError, libbpf_version, libbpf_version_problem
 
     if not _has_caps():
@@ -188,6 +205,24 @@ def _probe() -> str:
         if getattr(exc, "errno", None) == errno.EPERM or "EPERM" in str(exc):
             return "fentry/fexit programs refused with EPERM (kernel lockdown or no CAP_BPF)"
         return f"fexit tracer does not load: {exc}"
+    return ""
+
+
+def _probe_software() -> str:
+    """Why software-clock perf events cannot be opened here ("" if they can)."""
+    from pytest_lbr.kernel import perf
+
+    try:
+        perf.software_branch_events("any").close()
+    except OSError as exc:
+        return f"perf_event_open(PERF_TYPE_SOFTWARE, cpu-clock) failed: {exc}"
+    return ""
+
+
+def _probe() -> str:
+    from pytest_lbr.capture.tracer_object import object_arch
+    from pytest_lbr.kernel import perf
+
     try:
         events = perf.open_branch_events("any")
     except OSError as exc:
@@ -233,20 +268,24 @@ def _snapshot_problem() -> str:
 
 # -- capture ------------------------------------------------------------------------
 
-#: What the LBR backend can do. Its hooks filter by one process id in the kernel
-#: (or none, "system"): no children or cgroup yet, and no interrupt-context flag.
-#: Each hit is one ring-buffer record, complete when it arrives: it streams.
+#: What the LBR backend can do. Its hooks filter in the kernel (one process, the
+#: processes it forks, a cgroup, or none) and say whether they ran in interrupt
+#: context. Each hit is one ring-buffer record, complete when it arrives: it streams.
 LBR_CAPABILITIES = Capabilities(
-    scopes=frozenset({"process", "system", "pid"}),
+    scopes=frozenset({"process", "children", "system", "pid", "cgroup"}),
     live=True,
     retval=frozenset({"kfunc", "kfunc glob", "prog", "uretprobe"}),
-    in_interrupt=False,
+    in_interrupt=True,
     branches=True,
     filters=True,
-    missing=(
-        ("children", "its hooks filter by one process id, or none with scope='system'"),
-        ("cgroup", "its hooks filter by one process id, or none with scope='system'"),
-    ),
+)
+
+#: The same on software perf events (`--lbr-pmu=software`): every hit, no branches.
+LBR_SOFTWARE_CAPABILITIES = dataclasses.replace(
+    LBR_CAPABILITIES,
+    branches=False,
+    filters=False,
+    missing=(("branches", NO_BRANCHES_NOTE),),
 )
 
 
@@ -256,11 +295,13 @@ class LbrBackend:
 
     name: ClassVar[str] = "lbr"
     capabilities: ClassVar[Capabilities] = LBR_CAPABILITIES
+    #: The PMU its captures run on (`PMUS`).
+    pmu: ClassVar[str] = "hardware"
 
     @classmethod
     def probe(cls) -> Capability:
         """Whether LBR tracing works here (`probe_lbr`)."""
-        return probe_lbr()
+        return probe_lbr(cls.pmu)
 
     def open(
         self,
@@ -274,10 +315,21 @@ class LbrBackend:
         `live`: read with `poll()`, so never of this process)."""
         if live and scope.is_this_process:
             raise CaptureError(LIVE_OWN_PROCESS)
-        return LbrCapture(list(targets), filter=filter or "any", scope=scope)
+        return LbrCapture(
+            list(targets), filter=filter or "any", scope=scope, pmu=self.pmu, live=live
+        )
 
     def close(self) -> None:
         """Nothing to release: every capture releases its own objects."""
+
+
+class LbrSoftwareBackend(LbrBackend):
+    """The LBR backend on software perf events (`--lbr-pmu=software`): the same
+    hooks, scopes and ring buffer, every hit recorded, no branch records. It proves
+    a suite's targets, hooks and scopes on the LBR path where no CPU has LBR."""
+
+    capabilities: ClassVar[Capabilities] = LBR_SOFTWARE_CAPABILITIES
+    pmu: ClassVar[str] = "software"
 
 
 class LbrCapture:
@@ -292,18 +344,21 @@ class LbrCapture:
         open_events: Callable[[str], Any] | None = None,
         scope: Scope | str | None = None,
         machine: Machine | None = None,
+        pmu: str = "hardware",
+        live: bool = False,
     ) -> None:
         self.targets = list(targets)
         #: Whose facts the trace carries (`Trace.arch`, the kernel release).
         self._machine = machine or running_machine()
         self.filter = filter
         self.scope = as_scope(scope)
-        lacks = LBR_CAPABILITIES.lacks(self.scope)
-        if lacks:
-            raise CaptureError(
-                f"the lbr backend cannot trace {self.scope} yet "
-                f"({LBR_CAPABILITIES.why(lacks[0])}); use backend='graph'"
-            )
+        if pmu not in PMUS:
+            raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
+        #: "software": no branch snapshot, software-clock perf events (`PMUS`).
+        self.pmu = pmu
+        #: Read while armed by this process: its own work (printing the hits) is
+        #: never recorded, as the graph backend's live capture does.
+        self.live = live
         #: A decoded hit's target -> the symbol of the function it hooked (a kernel
         #: function, a BPF program's kallsyms name); none for a tracepoint or
         #: uprobe. Trimming keeps the branches up to its last one.
@@ -325,13 +380,23 @@ class LbrCapture:
         from pytest_lbr.capture import hooks
         from pytest_lbr.kernel import perf
 
-        cap = probe_lbr() if self._check else Capability("lbr", True)
+        cap = probe_lbr(self.pmu) if self._check else Capability("lbr", True)
         if not cap.available:
             raise CaptureError(f"lbr backend unavailable: {cap.reason}")
+        software = self.pmu == "software"
+        default_events = perf.software_branch_events if software else perf.open_branch_events
         try:
-            self._events = (self._open_events or perf.open_branch_events)(self.filter)
+            self._events = (self._open_events or default_events)(self.filter)
             tgid = 0 if self.scope.kind == "system" else self.scope.pid
-            hs = hooks.HookSet(self.targets, snapshot=True, tgid=tgid)
+            hs = hooks.HookSet(
+                self.targets,
+                snapshot=not software,
+                tgid=tgid,
+                children=self.scope.kind == "children",
+                cgroup=self.scope.cgroup,
+                interrupts=self.scope.interrupts,
+                skip_tgid=os.getpid() if self.live else 0,
+            )
             self._hooks = hs
             hs.attach()
         except BaseException:
@@ -397,6 +462,8 @@ class LbrCapture:
 
         hs = self._hooks
         notes = list(hs.notes) if isinstance(hs, HookSet) else list(self._hook_notes)
+        if self.pmu == "software":
+            notes.insert(0, NO_BRANCHES_NOTE)
         if self._failed:
             notes.append(f"LBR: snapshot failed on {len(self._failed)} hits ({self._failed[0]})")
         return notes
@@ -462,15 +529,16 @@ def decode_trace(
                 branches=list(branches),
                 raw_branches=branches,
                 timestamp_ns=h.ts_ns,
-                comm=comms.setdefault(h.tid, _comm(h.tid)),
+                comm=h.comm or comms.setdefault(h.tid, _comm(h.tid)),
+                in_interrupt=h.in_interrupt,
             )
         )
     return trace, traced_by
 
 
 def _comm(tid: int) -> str:
-    """The thread's command name while it still runs ("" after it exited): the
-    tracer's record has no room for it, and the kernel's hooks do not need it."""
+    """The thread's command name while it still runs ("" after it exited), for a
+    record that carries none (the tracer writes bpf_get_current_comm() into each)."""
     try:
         with open(f"/proc/{tid}/comm") as f:
             return f.read().strip()
@@ -489,4 +557,5 @@ def _traced_symbol(target: Target | None, func: str | None, ksym: str) -> str | 
 
 if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols
     _driver: type[BackendDriver] = LbrBackend
+    _software: type[BackendDriver] = LbrSoftwareBackend
     _capture: type[Capture] = LbrCapture

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from ctypes import Structure, c_int32, c_int64, c_uint32, c_uint64
+from ctypes import Structure, c_char, c_int32, c_int64, c_uint32, c_uint64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,9 @@ class ConfigRecord(Structure):
         ("target", c_uint32),
         ("snapshot", c_uint32),
         ("function", c_uint32),
+        ("scope", c_uint32),
+        ("keep_irq", c_uint32),
+        ("skip_tgid", c_uint32),
     ]
 
 
@@ -47,6 +50,7 @@ def _hit_fields(max_entries: int) -> list[tuple[str, Any]]:
         ("snapshot_ret", c_int32),
         ("nr_entries", c_uint32),
         ("flags", c_uint32),
+        ("comm", c_char * 16),
         ("entries", _Entry * max_entries),
     ]
 
@@ -79,6 +83,10 @@ class RawHit:
     #: Address of the traced function where the hook knows it (0 otherwise).
     func_ip: int = 0
     hook: int = 0
+    #: The task's command name at the hit (of the interrupted task in interrupt context).
+    comm: str = ""
+    #: The hook ran in hardirq, NMI or softirq context.
+    in_interrupt: bool = False
 
 
 def decode_record(data: bytes, layout: TracerLayout | None = None) -> RawHit:
@@ -113,4 +121,6 @@ def decode_record(data: bytes, layout: TracerLayout | None = None) -> RawHit:
         entries=[(e.from_, e.to, e.flags) for e in rec.entries[:n]],
         func_ip=rec.func_ip,
         hook=rec.hook,
+        comm=rec.comm.decode(errors="replace"),
+        in_interrupt=bool(rec.flags & layout.constants["LBR_HIT_IN_INTERRUPT"]),
     )

@@ -115,30 +115,15 @@ def usage() -> Usage:
 
 
 def session_backend(name: str) -> Any:
-    """The `Backend` a session keeps, for `Tracer(backend=...)`: "graph" as probed
-    (RuntimeError if unavailable), or "lbr" with its branch events on a software
-    clock, as tests/kernel/test_lbr_backend.py does where there is no PMU: every
-    hook, ring buffer and release is real, the hits carry no branches."""
-    from pytest_lbr.capture import Backend, Capability, resolve_backend
-    from pytest_lbr.capture.lbr import LbrCapture
-    from pytest_lbr.kernel import perf
+    """The `Backend` a session keeps, for `Tracer(backend=...)`: "graph" as probed,
+    or "lbr" on software perf events (`--lbr-pmu=software`, where there is no PMU):
+    every hook, scope filter, ring buffer and release is real, the hits carry no
+    branches. RuntimeError if it is unavailable here."""
+    from pytest_lbr.capture import resolve_backend
 
-    if name == "graph":
-        backend = resolve_backend("graph")
-        if not backend.capability.available:
-            raise RuntimeError(f"graph backend unavailable: {backend.capability.reason}")
-        return backend
-    if name != "lbr":
+    if name not in ("graph", "lbr"):
         raise ValueError(f"unknown backend {name!r}")
-
-    class SoftwareLbr(Backend):
-        def open(self, targets: list[Any], *, filter: str | None = None, scope: Any = None) -> Any:
-            return LbrCapture(
-                targets,
-                filter or "any",
-                check=False,
-                open_events=perf.software_branch_events,
-                scope=scope,
-            )
-
-    return SoftwareLbr(Capability("lbr", True), "lbr")
+    backend = resolve_backend(name, pmu="software" if name == "lbr" else "hardware")
+    if not backend.capability.available:
+        raise RuntimeError(f"{name} backend unavailable: {backend.capability.reason}")
+    return backend

@@ -35,6 +35,16 @@ _END = r"(?:\S+|\(unseen caller\))"
 BRANCH = re.compile(rf"(\[#\d+\] )?{_END} (\(\S+:\d+\) )?-> {_END}( \(\S+:\d+\))?")
 
 
+#: `pytest-lbr trace` on each backend: the graph backend, and the LBR backend on
+#: software perf events (no PMU under TCG: every hit, no branches).
+BACKEND_ARGS = {
+    "graph": ("--backend", "graph"),
+    "lbr": ("--backend", "lbr", "--pmu", "software"),
+}
+NO_BRANCHES = "note: no branches: the lbr backend ran on software perf events"
+backends = pytest.mark.parametrize("backend", list(BACKEND_ARGS))
+
+
 def cli(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PYTEST_LBR, *argv],
@@ -182,15 +192,30 @@ def writer() -> Iterator[subprocess.Popen[str]]:
     stop_writer(proc)
 
 
-def test_trace_prints_a_hit_in_the_documented_format(writer: subprocess.Popen[str]) -> None:
-    res = cli("trace", "kfunc:vfs_write", "--pid", str(writer.pid), "--count", "1")
-    keep_output("trace", res)
+@backends
+def test_trace_prints_a_hit_in_the_documented_format(
+    writer: subprocess.Popen[str], backend: str
+) -> None:
+    res = cli(
+        "trace", "kfunc:vfs_write", *BACKEND_ARGS[backend], "--pid", str(writer.pid), "--count", "1"
+    )
+    keep_output(f"trace-{backend}", res)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     m = HIT.fullmatch(lines[0])
     assert m and m.group(1) == "kfunc:vfs_write", res.stdout
     assert int(m.group("pid")) == writer.pid and m.group("retval") == " retval=2", lines[0]
     assert " comm=lbr-writer " in lines[0]
+    err = res.stderr.splitlines()
+    assert err[0].startswith(
+        f"Tracing kfunc:vfs_write with the {backend} backend (pid {writer.pid}; "
+    )
+    assert err[-1] == "1 hit(s), 0 record(s) lost"
+    assert not leftovers()
+    if backend == "lbr":
+        assert lines == [lines[0]] and m.group("n") == "0", res.stdout
+        assert err[1].startswith(NO_BRANCHES), err
+        return
     n = int(m.group("n"))
     # One line per branch; inlined frames (with a debug vmlinux, as on 6.1) follow on
     # indented continuation lines.
@@ -200,10 +225,6 @@ def test_trace_prints_a_hit_in_the_documented_format(writer: subprocess.Popen[st
     # The writer's write(2): ksys_write hands it to vfs_write, which calls write_null.
     assert "-> vfs_write+0x0" in lines[1]
     assert any("-> write_null+0x0" in line for line in branch_lines), res.stdout
-    err = res.stderr.splitlines()
-    assert err[0].startswith(f"Tracing kfunc:vfs_write with the graph backend (pid {writer.pid}; ")
-    assert err[-1] == "1 hit(s), 0 record(s) lost"
-    assert not leftovers()
 
 
 def test_trace_disasm_shows_the_call_instruction(writer: subprocess.Popen[str]) -> None:
@@ -228,13 +249,14 @@ def test_trace_disasm_shows_the_call_instruction(writer: subprocess.Popen[str]) 
     assert not leftovers()
 
 
-def test_trace_prints_each_hit_as_it_arrives() -> None:
+@backends
+def test_trace_prints_each_hit_as_it_arrives(backend: str) -> None:
     """A process writes once each time it is poked: each write is printed while the
     trace runs, before the next one is asked for (--pid: only its records, nothing
     lost); Ctrl-C ends it with a summary and nothing left behind."""
     poked = start_writer("lbr-poked", "poked")
     assert poked.stdin is not None
-    trace = Lines("trace", "kfunc:vfs_write", "--pid", str(poked.pid))
+    trace = Lines("trace", "kfunc:vfs_write", *BACKEND_ARGS[backend], "--pid", str(poked.pid))
     try:
         trace.wait_armed()
         arrived = []
@@ -253,7 +275,7 @@ def test_trace_prints_each_hit_as_it_arrives() -> None:
     finally:
         trace.kill()
         stop_writer(poked)
-    keep_output("trace-poked", _completed(trace, rc))
+    keep_output(f"trace-poked-{backend}", _completed(trace, rc))
     assert rc == 0, trace.err
     assert "Traceback" not in "\n".join(trace.err)
     assert len(headers(trace.stdout)) == 3  # one per write, none twice
@@ -262,16 +284,19 @@ def test_trace_prints_each_hit_as_it_arrives() -> None:
     print(f"\nseconds from a write to its printed hit: {', '.join(f'{t:.1f}' for t in arrived)}")
 
 
-def test_trace_all_streams_hits_of_other_processes(writer: subprocess.Popen[str]) -> None:
+@backends
+def test_trace_all_streams_hits_of_other_processes(
+    writer: subprocess.Popen[str], backend: str
+) -> None:
     """Default scope: every process but its own. The writer's hits are printed while the
     trace runs (it has no end but Ctrl-C); the trace itself is never in them. Under
     TCG the reader is behind every function of every task and loses most records
     (docs/cli.md), so a writer that keeps writing, not a single write."""
-    trace = Lines("trace", "kfunc:vfs_write")
+    trace = Lines("trace", "kfunc:vfs_write", *BACKEND_ARGS[backend])
     try:
         trace.wait_armed()
         assert trace.err[0] == (
-            "Tracing kfunc:vfs_write with the graph backend (every process but this one; "
+            f"Tracing kfunc:vfs_write with the {backend} backend (every process but this one; "
             "until Ctrl-C; hits are printed as they complete). Ctrl-C to stop."
         ), trace.err
         started = time.monotonic()
@@ -282,7 +307,7 @@ def test_trace_all_streams_hits_of_other_processes(writer: subprocess.Popen[str]
         rc = trace.finish()
     finally:
         trace.kill()
-    keep_output("trace-live", _completed(trace, rc))
+    keep_output(f"trace-live-{backend}", _completed(trace, rc))
     assert rc == 0, trace.err
     assert "Traceback" not in "\n".join(trace.err)
     shown = headers(trace.stdout)
@@ -298,14 +323,15 @@ def _completed(lines: Lines, rc: int) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_trace_all_count_shows_other_processes(writer: subprocess.Popen[str]) -> None:
-    trace = Lines("trace", "kfunc:vfs_write", "--all", "--count", "5")
+@backends
+def test_trace_all_count_shows_other_processes(writer: subprocess.Popen[str], backend: str) -> None:
+    trace = Lines("trace", "kfunc:vfs_write", *BACKEND_ARGS[backend], "--all", "--count", "5")
     try:
         first = trace.until_header(timeout=300)
         rc = trace.finish()
     finally:
         trace.kill()
-    keep_output("trace-all", _completed(trace, rc))
+    keep_output(f"trace-all-{backend}", _completed(trace, rc))
     assert rc == 0, trace.err
     shown = headers(trace.stdout)
     assert len(shown) == 5 and shown[0].group(0) == first
@@ -315,15 +341,25 @@ def test_trace_all_count_shows_other_processes(writer: subprocess.Popen[str]) ->
     assert not leftovers()
 
 
-def test_trace_json_of_one_pid(writer: subprocess.Popen[str]) -> None:
+@backends
+def test_trace_json_of_one_pid(writer: subprocess.Popen[str], backend: str) -> None:
     """--pid P --json: only P's hits, one JSON object per line, while another process
     writes too."""
     other = start_writer("lbr-other", every=0.01)
     try:
-        res = cli("trace", "kfunc:vfs_write", "--pid", str(writer.pid), "--json", "--count", "3")
+        res = cli(
+            "trace",
+            "kfunc:vfs_write",
+            *BACKEND_ARGS[backend],
+            "--pid",
+            str(writer.pid),
+            "--json",
+            "--count",
+            "3",
+        )
     finally:
         stop_writer(other)
-    keep_output("trace-json", res)
+    keep_output(f"trace-json-{backend}", res)
     assert res.returncode == 0, res.stderr
     hits = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(hits) == 3
@@ -346,6 +382,9 @@ def test_trace_json_of_one_pid(writer: subprocess.Popen[str]) -> None:
             2,
         )
         assert hit["in_interrupt"] is False and hit["timestamp_ns"] > 0
+        if backend == "lbr":
+            assert hit["branches"] == []  # software perf events: no branch records
+            continue
         first = hit["branches"][0]
         assert first["kind"] == "call" and first["dst"]["symbol"] == "vfs_write"
         assert first["dst"]["offset"] == 0 and first["src"]["symbol"] == "ksys_write"
@@ -355,17 +394,21 @@ def test_trace_json_of_one_pid(writer: subprocess.Popen[str]) -> None:
     assert not leftovers()
 
 
-def test_trace_errors_only_shows_error_returns(writer: subprocess.Popen[str]) -> None:
+@backends
+def test_trace_errors_only_shows_error_returns(writer: subprocess.Popen[str], backend: str) -> None:
     """A process writing to a read-only fd: vfs_write returns -EBADF. --errors-only
     shows those and not the other writer's successful writes; --comm only that
     process's."""
     bad = start_writer("lbr-badfd", "badfd")
     try:
-        res = cli("trace", "kfunc:vfs_write", "--errors-only", "--comm", "lbr-bad*", "--count", "3")
-        both = cli("trace", "kfunc:vfs_write", "--errors-only", "--count", "3")
+        how = BACKEND_ARGS[backend]
+        res = cli(
+            "trace", "kfunc:vfs_write", *how, "--errors-only", "--comm", "lbr-bad*", "--count", "3"
+        )
+        both = cli("trace", "kfunc:vfs_write", *how, "--errors-only", "--count", "3")
     finally:
         stop_writer(bad)
-    keep_output("trace-errors", res)
+    keep_output(f"trace-errors-{backend}", res)
     for r in (res, both):
         assert r.returncode == 0, r.stderr
         shown = headers(r.stdout.splitlines())

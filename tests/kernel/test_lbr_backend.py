@@ -5,14 +5,17 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import textwrap
 
 import pytest
 
 from pytest_lbr.capture.lbr import probe_lbr
 from pytest_lbr.kernel import perf
 from pytest_lbr.tracer import Tracer, TracingUnavailable
+from tests.commands import PYTEST_QUIET
 
 pytestmark = pytest.mark.kernel
+pytest_plugins = ["pytester"]
 
 HAS_LBR = os.path.exists("/sys/bus/event_source/devices/cpu/caps/branches")
 
@@ -97,3 +100,46 @@ def test_trace_with_lbr_backend_fails_cleanly() -> None:
     with pytest.raises(TracingUnavailable, match="lbr backend unavailable: no PMU.*ENOENT"):
         with tracer.trace("kfunc:vfs_write", backend="lbr"):
             pytest.fail("the block must not run without LBR")
+
+
+def test_the_software_pmu_traces_with_the_lbr_backend_without_branches() -> None:
+    cap = probe_lbr("software")
+    assert cap.available, cap.reason
+    with Tracer(backend="lbr", pmu="software") as tracer:
+        assert tracer.backend == "lbr" and tracer.available
+        with tracer.trace("kfunc:vfs_write") as trace:
+            with open("/dev/null", "w") as f:
+                f.write("abc")
+                f.flush()
+    assert [(h.pid, h.retval, h.branches, h.in_interrupt) for h in trace.hits] == [
+        (os.getpid(), 3, [], False)
+    ], str(trace)
+    assert trace.backend == "lbr" and trace.notes[0].startswith("no branches: "), trace.notes
+    assert not trace.called("write_null")  # no branch records: nothing to match
+
+
+PMU_SUITE = textwrap.dedent(
+    """
+    import os
+
+    def test_hits_without_branches(lbr):
+        with lbr.trace("kfunc:vfs_write", scope="children") as trace:
+            os.system("echo hi > /dev/null")
+        assert lbr.backend == "lbr"
+        assert any(h.pid != os.getpid() and h.retval == 3 for h in trace.hits), str(trace)
+        assert all(h.branches == [] for h in trace.hits)
+        assert any(n.startswith("no branches: ") for n in trace.notes)
+    """
+)
+
+
+def test_the_plugin_runs_the_lbr_backend_on_software_events(pytester: pytest.Pytester) -> None:
+    """--lbr-pmu=software from the command line, and lbr_pmu = software from the ini."""
+    pytester.makepyfile(test_pmu=PMU_SUITE)
+    res = pytester.runpytest_subprocess(
+        *PYTEST_QUIET, "--lbr", "--lbr-require", "--lbr-backend=lbr", "--lbr-pmu=software"
+    )
+    res.assert_outcomes(passed=1)
+    pytester.makeini("[pytest]\nlbr_pmu = software\n")
+    res = pytester.runpytest_subprocess(*PYTEST_QUIET, "--lbr", "--lbr-require")
+    res.assert_outcomes(passed=1)

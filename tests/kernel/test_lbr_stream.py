@@ -8,6 +8,7 @@ is write(2) -> ksys_write -> vfs_write -> write_null.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pytest_lbr.capture.lbr import LbrBackend, LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Hit
 from pytest_lbr.targets import parse_targets
+from tests.commands import PYTEST_LBR
 
 pytestmark = pytest.mark.kernel
 
@@ -75,6 +77,41 @@ def test_poll_hands_over_each_hit_once_while_armed(writer) -> None:
     assert times == sorted(times) and len(set(times)) == len(times)
     # The command name is read while the writer runs: it is there.
     assert {h.comm for h in streamed} == {os.path.basename(sys.executable)[:15]}
+
+
+def test_the_cli_streams_json_hits_of_one_pid_on_software_events(writer) -> None:
+    """`pytest-lbr trace --backend lbr --pmu software kfunc:write_null --pid P --count 3
+    --json`: three objects, all of P, each with write_null's return value and no
+    branches, and the trace's note saying why there are none."""
+    other = subprocess.Popen([sys.executable, "-c", WRITER], stdout=subprocess.PIPE)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == b"ready\n"
+        res = subprocess.run(
+            [PYTEST_LBR, "trace", "--backend", "lbr", "--pmu", "software", "kfunc:write_null"]
+            + ["--pid", str(writer.pid), "--count", "3", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        other.kill()
+        other.wait()
+    assert res.returncode == 0, res.stderr
+    hits = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(hits) == 3, res.stdout
+    comm = os.path.basename(sys.executable)[:15]
+    for hit in hits:
+        assert (hit["target"], hit["pid"], hit["comm"], hit["retval"]) == (
+            "kfunc:write_null",
+            writer.pid,
+            comm,
+            2,
+        )
+        assert hit["branches"] == [] and hit["in_interrupt"] is False
+    err = res.stderr.splitlines()
+    assert err[0].startswith(f"Tracing kfunc:write_null with the lbr backend (pid {writer.pid}; ")
+    assert any(line.startswith("note: no branches: ") for line in err), err
+    assert err[-1] == "3 hit(s), 0 record(s) lost", err
 
 
 def test_a_live_lbr_capture_of_this_process_is_refused() -> None:
