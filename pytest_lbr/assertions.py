@@ -87,6 +87,8 @@ def explain_called(trace: Trace, callee: str, by: str | None = None) -> str:
     """Why `trace.called(callee, by)` is false: who did call it, what `by` called instead."""
     what = f"trace.called({callee!r}" + (f", by={by!r})" if by else ")")
     lines = [f"{what} is False"]
+    if trace.no_branches:
+        return f"{lines[0]}: this trace has no branches: {trace.no_branches}"
     callers = trace.callers_of(callee)
     inlined = _inlined_in(trace, callee, by)
     if callers:
@@ -154,6 +156,8 @@ def explain_has_path(trace: Trace, *functions: str) -> str:
     match = trace.closest_path(*functions)
     wanted = " -> ".join(functions)
     lines = [f"trace.has_path({', '.join(map(repr, functions))}) is False", f"  wanted:  {wanted}"]
+    if trace.no_branches:
+        return f"{lines[0]}: this trace has no branches: {trace.no_branches}"
     got = " -> ".join(match.matched) if match.matched else "(nothing: not even the first)"
     lines.append(f"  matched: {got}  ({len(match.matched)} of {len(functions)})")
     lines.append(f"  missing: {match.missing}")

@@ -247,6 +247,9 @@ class Trace:
     arch: str = field(default_factory=lambda: os.uname().machine)
     #: Why the trace may be incomplete, beyond `lost` (e.g. "LBR: snapshot -ENOENT").
     notes: list[str] = field(default_factory=list)
+    #: Why the hits carry no branches by design ("" when they record them): the LBR
+    #: backend on software perf events (--lbr-pmu=software). Failed branch queries say it.
+    no_branches: str = ""
     #: The backend's records as read (graph: the tracefs instance's text), for
     #: finding out why a trace looks the way it does; never compared.
     capture_text: str = field(default="", repr=False, compare=False)

@@ -227,3 +227,20 @@ def test_a_program_loaded_elsewhere_lists_only_the_calls_it_still_makes() -> Non
         ("bpf_ktime_get_ns", "call", "bpf_ktime_get_ns", None),
     ]
     assert not prog.inlined("bpf_loop")  # unknowable without the object's own calls
+
+
+def test_a_trace_without_branches_says_why_in_one_line() -> None:
+    """The LBR backend on software perf events records hits, never branches: a branch
+    query on its trace fails with the reason, not a silent empty answer."""
+    from pytest_lbr.assertions import explain_called, explain_has_path
+    from pytest_lbr.capture.lbr import NO_BRANCHES_NOTE
+    from pytest_lbr.model import Hit, Trace
+
+    why = NO_BRANCHES_NOTE.removeprefix("no branches: ")
+    trace = Trace(["kfunc:vfs_write"], "lbr", [Hit("kfunc:vfs_write", retval=1)], no_branches=why)
+    assert not trace.called("write_null")
+    text = explain_called(trace, "write_null", by="vfs_write")
+    assert text == (
+        "trace.called('write_null', by='vfs_write') is False: this trace has no branches: " + why
+    )
+    assert "\n" not in explain_has_path(trace, "vfs_write", "write_null")

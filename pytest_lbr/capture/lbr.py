@@ -422,6 +422,8 @@ class LbrCapture:
             self.targets, raw, attached, self._machine, lost=self._lost, notes=self.notes
         )
         self._traced.update(traced)
+        if self.pmu == "software":
+            trace.no_branches = NO_BRANCHES_NOTE.removeprefix("no branches: ")
         return trace
 
     def poll(self) -> list[Hit]:
