@@ -328,9 +328,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     for r in results:
         say(r.line())
-    if args.execute is None:
-        summary = write_summary(plans[0].results.parent, results)
-        say(f"summary: {summary}")
+    root = plans[0].results.parent
+    if args.execute is None and root.is_dir():  # the results directory this run claimed
+        say(f"summary: {write_summary(root, results)}")
     status = worst_status([r.status for r in results])
     if args.bisect:
         status = bisect_status(status)
