@@ -18,6 +18,7 @@ import os
 import socket
 import struct
 import subprocess
+import sys
 from contextlib import closing
 
 import pytest
@@ -87,3 +88,38 @@ def test_packets_through_a_veth_run_the_program(nothing_left, counter, veth, lbr
     assert all(0 <= h.cpu < (os.cpu_count() or 1) for h in runs), str(trace)
     # Not a test run: the capture never entered BPF_PROG_TEST_RUN.
     assert "bpf_prog_test_run" not in trace.capture_text
+
+
+#: A process of its own in the peer namespace: it starts (exec, the dynamic loader,
+#: Python's start-up: hundreds of thousands of kernel calls) and sends 3 packets.
+SENDER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(3):
+    s.sendto(b"packet %d" % i, (sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def test_packets_from_a_process_started_in_the_namespace(nothing_left, counter, veth, lbr):
+    """What a CI job for an attached program does: the traffic comes from a process
+    started during the trace. A system-wide trace of the program records the calls
+    the program can make, not the whole machine starting a process, so nothing is
+    lost and each run has its helper calls, named as the C source names them."""
+    prog = counter.programs["veth_xdp"]
+    prog.attach_xdp(veth.host.name, mode="generic")
+
+    with closing(socket.socket(type=socket.SOCK_DGRAM)) as rx:
+        rx.bind((veth.host.addr, PORT))
+        rx.settimeout(60)
+        with lbr.trace(prog, scope="system") as trace:
+            veth.run([sys.executable, "-c", SENDER, veth.host.addr, str(PORT)], check=True)
+            received = [rx.recv(64) for _ in range(3)]
+
+    assert received == [b"packet %d" % i for i in range(3)]
+    assert trace.lost == 0, trace.notes
+    runs = [h for h in trace.hits if "bpf_csum_diff" in h.functions()]
+    assert len(runs) >= 3, str(trace)
+    for run in runs:
+        helpers = {b.dst.helper or b.dst.symbol for b in run.branches if b.kind == "call"}
+        assert {"bpf_csum_diff", "bpf_map_lookup_elem"} <= helpers, str(run)
+    assert trace.called("bpf_map_lookup_elem", by="veth_xdp")

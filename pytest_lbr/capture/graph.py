@@ -72,6 +72,7 @@ from pytest_lbr.capture.graph_live import (
     LiveState,
     settle,
 )
+from pytest_lbr.capture.graph_narrow import narrowing
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
@@ -185,7 +186,9 @@ class GraphRecorder:
     (`cleanup_stale_instances`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, functions: Sequence[str] = ()) -> None:
+        #: The only functions recorded (set_ftrace_filter); empty: every function.
+        self.functions = tuple(functions)
         self._instance: Instance | None = None
         self._pids: frozenset[int] = frozenset()
         self._children = False
@@ -218,6 +221,9 @@ class GraphRecorder:
                 # live code patching (see tracefs._remove_instance).
                 inst.set_pids(wanted)
                 self._skipped.update(inst.skip_functions(_clock_reads()))
+                if self.functions:
+                    # Before the tracer starts: only these call sites are patched.
+                    inst.write("set_ftrace_filter", " ".join(self.functions))
                 inst.write("current_tracer", "function")
             except TracefsError as exc:
                 inst.close()
@@ -361,6 +367,8 @@ class GraphCapture:
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
         self._tids = self.scope.tids()
+        if self.scope.kind == "system":
+            self._narrow()
         children = self.scope.kind == "children" or self.scope.cgroup is not None
         # Live, every task: function-fork makes what this process starts (a
         # symbolizer) as untraced as itself (no pid list to add it to here).
@@ -584,6 +592,26 @@ class GraphCapture:
         return wanted
 
     # -- internals ----------------------------------------------------------------
+
+    def _narrow(self) -> None:
+        """A system-wide trace of programs and kernel functions records only their
+        call graph (`pytest_lbr.capture.graph_narrow`), in an instance of its own."""
+        if not self.targets or any(t.kind not in ("prog", "kfunc") for t in self.targets):
+            return
+        try:
+            found = narrowing(self.targets)
+        except (OSError, CaptureError) as exc:
+            self._notes.append(
+                f'scope="system": recorded every function of the machine: cannot read '
+                f"the targets' call graph ({exc})"
+            )
+            return
+        if not found.functions:
+            return
+        if self._own:
+            self._recorder.close()
+        self._recorder, self._own = GraphRecorder(found.functions), True
+        self._notes.append(found.note(", ".join(t.spec for t in self.targets)))
 
     def _configure(self, inst: Instance) -> None:
         available = None

@@ -234,7 +234,8 @@ def build_hits(
                 assert user is not None
                 found.extend(_user_hits(target, events[i], user[i], tid, steps))
             elif target.kind == "prog":
-                runs = _program_runs(target, matchers[i], tid, recs)
+                ends = sorted(r.ts_ns for r in mine.get(i, []))
+                runs = _program_runs(target, matchers[i], tid, recs, ends)
                 if i in exits:
                     runs = _with_returns(target, tid, runs, mine.get(i, []))
                 found.extend(runs)
@@ -468,6 +469,7 @@ def _program_runs(
     in_program: Callable[[str, int], bool],
     tid: int,
     records: list[FunctionRecord | EventRecord],
+    ends: Sequence[int] = (),
 ) -> list[Hit]:
     """One hit per run of a BPF program: the calls it made and what they called.
 
@@ -480,6 +482,9 @@ def _program_runs(
     (starting one if none is open). A record whose parent is on `outer` and not
     on `inner` is the machinery again: the run is over (this is what separates
     the runs of one BPF_PROG_TEST_RUN with repeat > 1, and two test runs).
+    `ends` (sorted) are when runs returned (their fexit records): a record after
+    one is a later run's, even where no machinery was recorded between them (a
+    system-wide trace narrowed to the program's calls records none).
     """
     hits: list[Hit] = []
     hit: Hit | None = None
@@ -500,9 +505,14 @@ def _program_runs(
         hit = None
 
     mentions = Mentions(records, {})
+    next_end = 0
     for index, rec in enumerate(records):
         if not isinstance(rec, FunctionRecord):
             continue
+        while next_end < len(ends) and ends[next_end] < rec.ts_ns:
+            next_end += 1
+            if hit is not None:
+                close()
         parent = rec.parent or ""
         if in_program(parent, rec.parent_addr):
             if hit is None:

@@ -103,7 +103,11 @@ def _write(path: Path, value: str, append: bool = False) -> None:
     try:
         fd = os.open(path, flags)
         try:
-            os.write(fd, value.encode())
+            # A filter file takes one name per write(2) and says so with a short
+            # count (ftrace_regex_write): write the rest until all is taken.
+            data = memoryview(value.encode())
+            while data:
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
     except OSError as exc:
