@@ -14,12 +14,17 @@ running kernel:
   (helpers, kfuncs, the map functions the verifier rewrote a helper call into),
   found by disassembling the image (`pytest_lbr.symbols.disasm.call_targets`);
 * a kernel function target is its own root;
-* then what each function calls or jumps to directly, read from the live kernel
-  text (/proc/kcore), down to `NARROW_DEPTH` calls below the roots.
+* then the file-local (static) functions each of those calls or jumps to
+  directly, read from the live kernel text (/proc/kcore), down to
+  `NARROW_DEPTH` calls below the roots.
 
-Calls through function pointers, and anything deeper, are not recorded: the
-trace's note says so. `NARROW_DEPTH` was chosen by measurement (docs/guide.md,
-"System scope under load").
+Global functions below the roots are left out: a lock or an allocator
+(`_raw_spin_lock` under `htab_map_update_elem`) runs everywhere on the machine,
+and in the 6.12 guest those two were 32,000 of the 33,000 records of a veth
+test whose process start they recorded (bench/system_scope.py). A static
+function is called only from its own file. Calls through function pointers and
+anything deeper are not recorded either: the trace's note says so.
+`NARROW_DEPTH` was chosen by measurement (docs/guide.md, "System scope under load").
 """
 
 from __future__ import annotations
@@ -71,9 +76,10 @@ class Narrowing:
         more = f", the first {NARROW_LIMIT} of them" if self.truncated else ""
         return (
             f'scope="system": the function tracer recorded only the {len(self.functions)} '
-            f"traceable functions {what} calls and their callees {self.depth} call(s) "
-            f"deep{more} (set_ftrace_filter), not every function of the machine; calls "
-            "deeper or through function pointers are not in its hits"
+            f"traceable functions {what} calls and the static functions under them, "
+            f"{self.depth} call(s) deep{more} (set_ftrace_filter), not every function of "
+            "the machine; global functions under them (locks, allocators), calls deeper "
+            "and calls through function pointers are not in its hits"
         )
 
 
@@ -110,11 +116,13 @@ def callee_closure(
     depth: int = NARROW_DEPTH,
     limit: int = NARROW_LIMIT,
 ) -> Narrowing:
-    """The traceable functions at `roots` and those they call directly, `depth` deep.
+    """The traceable functions at `roots` and the static ones under them, `depth` deep.
 
     `read(addr, size)` reads live kernel text; `traceable(name)` says whether
     the function tracer can record a function (available_filter_functions).
-    Functions are listed breadth first, so a cut at `limit` drops the deepest.
+    Below the roots only file-local functions (`KernelSymbols.is_local`) are
+    kept and followed. Functions are listed breadth first, so a cut at `limit`
+    drops the deepest.
     """
     found: dict[str, None] = {}
     truncated = False
@@ -141,7 +149,7 @@ def callee_closure(
                 continue
             following.update(t for _, t in call_targets(insns, arch))
             following.update(_jump_targets(insns, addr, end))
-        level = {a for a in following if symbols.in_core(a)}
+        level = {a for a in following if symbols.in_core(a) and symbols.is_local(a)}
     return Narrowing(tuple(found), depth, truncated)
 
 

@@ -44,6 +44,7 @@ class KernelSymbols:
         """
         rows: list[tuple[int, str, str | None]] = []
         by_name: dict[str, int] = {}
+        local: set[int] = set()
         with open(self.path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 parts = line.split()
@@ -58,11 +59,14 @@ class KernelSymbols:
                 module = parts[3].strip("[]") if len(parts) > 3 else None
                 rows.append((addr, parts[2], module))
                 by_name.setdefault(parts[2], addr)
+                if parts[1] == "t":
+                    local.add(addr)
         rows.sort(key=lambda r: r[0])
         self.starts = [r[0] for r in rows]
         self.names = [r[1] for r in rows]
         self.modules = [r[2] for r in rows]
         self._by_name = by_name
+        self._local = local
         core = [r[0] for r in rows if r[2] is None]
         self._core_start, self._core_end = (min(core), max(core)) if core else (0, 0)
 
@@ -84,6 +88,10 @@ class KernelSymbols:
         start = self.starts[i]
         j = bisect.bisect_left(self.starts, start, 0, i)
         return Symbol(self.names[j], addr - start, self.modules[j])
+
+    def is_local(self, addr: int) -> bool:
+        """Whether a file-local (static, type `t`) function starts at `addr`."""
+        return addr in self._local
 
     def end_of(self, addr: int) -> int | None:
         """Start of the next symbol after the one containing `addr` (its end bound)."""

@@ -24,26 +24,15 @@ from pytest_lbr.kernel import perf
 from pytest_lbr.model import Hit
 from pytest_lbr.targets import parse_targets
 from tests.commands import PYTEST_LBR
+from tests.kernel.writer import WRITER, writing_process
 
 pytestmark = pytest.mark.kernel
-
-WRITER = """
-import os, sys, time
-fd = os.open("/dev/null", os.O_WRONLY)
-print("ready", flush=True)
-while True:
-    os.write(fd, b"x\\n")
-    time.sleep(0.01)
-"""
 
 
 @pytest.fixture
 def writer() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER], stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-    yield proc
-    proc.kill()
-    proc.wait()
+    with writing_process() as proc:
+        yield proc
 
 
 def _capture(pid: int) -> LbrCapture:

@@ -26,18 +26,10 @@ import pytest
 from pytest_lbr.model import Trace
 from pytest_lbr.tracer import Tracer
 from tests.kernel.kernel_state import bpf_ids, session_backend, tracefs_state
+from tests.kernel.writer import writing_process
 
 pytestmark = pytest.mark.kernel
 
-WRITER = """
-import os, sys, time
-fd = os.open("/dev/null", os.O_WRONLY)
-os.write(fd, b"x\\n")
-print("ready", flush=True)
-while True:
-    os.write(fd, b"x\\n")
-    time.sleep(0.01)
-"""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -60,11 +52,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[object]:
 @pytest.fixture
 def writer() -> Iterator[subprocess.Popen[bytes]]:
     """Another process writing to /dev/null every 10 ms, in its loop when yielded."""
-    proc = subprocess.Popen([sys.executable, "-c", WRITER], stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-    yield proc
-    proc.kill()
-    proc.wait()
+    with writing_process() as proc:
+        yield proc
 
 
 def _own_writes(n: int = 5) -> None:
