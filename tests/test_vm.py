@@ -21,6 +21,7 @@ import pytest
 
 from pytest_lbr import vm, vm_plan, vm_run
 from pytest_lbr.guest import read_tally
+from pytest_lbr.results import guest_record
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,
     EXIT_SKIP,
@@ -167,6 +168,13 @@ def test_unknown_kernel_is_one_clear_line(tmp_path: Path) -> None:
     )
     bisect = _run("--kernel", "4.19", "--bisect", "--dry-run", cwd=tmp_path)
     assert bisect.returncode == EXIT_SKIP
+    assert not (tmp_path / "lbr-results").exists()  # a dry run writes nothing
+    # A run that cannot start its guest leaves it a record saying why, for machines.
+    bisect = _run("--kernel", "4.19", "--bisect", "--results", "r", cwd=tmp_path)
+    assert bisect.returncode == EXIT_SKIP
+    record = guest_record(tmp_path / "r" / "4.19")
+    assert record is not None and (record.end, record.status) == ("not_started", None)
+    assert record.error.startswith("no kernel 4.19 installed")
 
 
 def test_missing_tools_name_what_to_install(
@@ -224,6 +232,10 @@ def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
     assert "vmlinuz-bogus: no result:" in out.stderr
     assert "\x1b" not in out.stderr  # the console tail is quoted without escape codes
     assert time.monotonic() - start < 120
+    record = guest_record(tmp_path / "r" / "vmlinuz-bogus")
+    assert record is not None, "pytest-lbr vm wrote no guest record"
+    assert (record.end, record.status, record.exit_status) == ("no_boot", None, EXIT_NO_GUEST)
+    assert record.kernel == str(bogus) and record.error and record.release == ""
     # Under --bisect a kernel that does not boot is "cannot test" (125), never "bad".
     out = _run(
         "--kernel",
@@ -313,6 +325,9 @@ def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path
     tally = read_tally(results)
     assert tally is not None
     assert (tally.passed, tally.failed, tally.skipped, tally.traced) == (2, 1, 0, 1)
+    record = guest_record(results)
+    assert record is not None and (record.end, record.status, record.error) == ("reported", 1, "")
+    assert record.release.startswith("6.1.") and record.kernel == str(resolve_kernel("6.1"))
     # The run's summary, from the results records.
     summary = (suite / "lbr-results" / "summary.md").read_text()
     assert "| 6.1 (`6.1." in summary and "### FAILED `tests/test_guest.py::test_fails`" in summary
