@@ -126,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="K",
-        help="6.1, 6.12 (newest installed /boot/vmlinuz-<series>.*), a kernel image, or a "
-        "tree built with vng --build; repeat for several (default: 6.12)",
+        help="6.1, 6.12 (newest installed /boot/vmlinuz-<series>.*), an exact release to pin "
+        "(6.1.0-56-amd64: /boot/vmlinuz-<release>, from package linux-image-<release>), a "
+        "kernel image, or a tree built with vng --build; repeat for several (default: 6.12)",
     )
     parser.add_argument(
         "--arch",
