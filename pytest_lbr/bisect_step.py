@@ -27,7 +27,7 @@ from typing import BinaryIO, Literal
 
 from pytest_lbr.guest import RESULTS_FILE
 from pytest_lbr.progress import progress, set_progress
-from pytest_lbr.results import Results, read_results
+from pytest_lbr.results import Results, guest_record, read_results
 
 __all__ = [
     "EXIT_BAD",
@@ -71,9 +71,7 @@ TRACING_CONFIG = (
 
 PLAN_FILE = "plan.json"
 STEPS_FILE = "steps.jsonl"
-_KERNEL_PANIC = re.compile(r"Kernel panic - not syncing:.*")
 _TIMED_OUT = 124  # as timeout(1) says it
-_VM_ERROR = re.compile(r"^\[vm\] error: (.*)$", re.M)
 
 
 @dataclass
@@ -321,42 +319,48 @@ def _error_line(output: str) -> str:
     return _last_line(output)
 
 
-def _guest_verdict(plan: BisectPlan, results: Path, output: str) -> tuple[Verdict, str]:
-    """Why `pytest-lbr vm --bisect` said 125 (or 1 without a test failing), per kernel."""
-    from pytest_lbr.vm import STARTED, STATUS
-
+def _guest_verdict(plan: BisectPlan, results: Path) -> tuple[Verdict, str]:
+    """Why `pytest-lbr vm --bisect` said 125 (or 1 without a test failing), per kernel,
+    from the `guest` record the runner wrote for each (docs/results.md)."""
     reasons: list[str] = []
     verdict: Verdict = "skip"
-    vm_error = _VM_ERROR.findall(output)
     guests = sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
     for guest in guests:
         where = f"{guest.name}: " if len(guests) > 1 else ""
-        console = (
-            (guest / "console.log").read_text(errors="replace")
-            if (guest / "console.log").exists()
-            else ""
-        )
-        panic = _KERNEL_PANIC.search(console)
-        if (guest / STATUS).exists():
-            status = int((guest / STATUS).read_text().strip() or -1)
-            if status in (0, 1):
+        record = guest_record(guest)
+        if record is None:
+            reasons.append(f"{where}pytest-lbr vm left no record of this guest")
+        elif record.status is not None:
+            if record.status in (0, 1):
                 continue  # this guest gave a verdict; another one did not
-            _, why = pytest_verdict(status, read_session(guest / RESULTS_FILE), console)
+            console = guest / "console.log"
+            # pytest's own first ERROR line, only to say more in the reason.
+            output = console.read_text(errors="replace") if console.exists() else ""
+            _, why = pytest_verdict(record.status, read_session(guest / RESULTS_FILE), output)
             reasons.append(where + why)
-        elif panic:
-            reasons.append(f"{where}kernel panicked ({panic.group(0).strip()})")
+        elif record.panic:
+            reasons.append(f"{where}kernel panicked ({record.panic})")
             if plan.panic_is_bad:
                 verdict = "bad"
-        elif (guest / STARTED).exists():
-            reasons.append(f"{where}guest did not finish (hang or crash)")
         else:
-            reasons.append(f"{where}guest did not boot")
-    if not reasons:
-        reasons.append(f"pytest-lbr vm failed: {vm_error[-1]}" if vm_error else "no guest ran")
-    elif vm_error:
-        # The runner's own words, without where its console log is (the step's log has it).
-        reasons[-1] += f" [{vm_error[-1].split('; console in ')[0][:200]}]"
-    return verdict, "; ".join(reasons)
+            what = {
+                "no_boot": "guest did not boot",
+                "not_started": "pytest-lbr vm could not start the guest",
+                "hang": "guest did not finish (hang)",
+            }.get(record.end, "guest did not finish (hang or crash)")
+            if record.splats:
+                what += f": {record.splats[0].title}"
+            reasons.append(f"{where}{what}" + (f" [{record.error[:200]}]" if record.error else ""))
+    return verdict, "; ".join(reasons) or "no guest ran"
+
+
+def _unreported_splat(results: Path) -> str:
+    """The first kernel splat a guest's runner found that no test reported ("" if none)."""
+    for guest in sorted(results.glob("*/")):
+        record = guest_record(guest)
+        if record is not None and record.splats:
+            return f"kernel splat no test reported: {record.splats[0].title}"
+    return ""
 
 
 def _test(plan: BisectPlan, step_dir: Path) -> tuple[Verdict, str, list[tuple[str, str]]]:
@@ -382,9 +386,9 @@ def _test(plan: BisectPlan, step_dir: Path) -> tuple[Verdict, str, list[tuple[st
             return "skip", f"no test ran ({skipped} skipped)", diffs
         return "good", f"tests passed, golden traces match ({passed} passed)", diffs
     if status == EXIT_BAD:
-        why = next((w for w in map(_failure, found) if w), "")
+        why = next((w for w in map(_failure, found) if w), "") or _unreported_splat(results)
         return "bad", why or "the guest run failed", diffs
-    verdict, reason = _guest_verdict(plan, results, output)
+    verdict, reason = _guest_verdict(plan, results)
     return verdict, reason, diffs
 
 

@@ -20,7 +20,10 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_lbr.results import Results
 
 __all__ = [
     "ALLOW_SKIP_MARKER",
@@ -42,6 +45,7 @@ __all__ = [
     "select",
     "strict",
     "strict_failure",
+    "tally_of",
 ]
 
 #: Set to "1" by the VM runner inside the guest.
@@ -190,9 +194,13 @@ def read_tally(results: Path) -> Tally | None:
     from pytest_lbr.results import ResultsError, read_results
 
     try:
-        res = read_results(results / RESULTS_FILE)
+        return tally_of(read_results(results / RESULTS_FILE))
     except (OSError, ResultsError):
         return None
+
+
+def tally_of(res: Results) -> Tally:
+    """The tally of a results file already read."""
     t = Tally(res.count("passed"), res.count("failed") + res.count("error"), res.count("skipped"))
     for test in res.tests:
         if test.kernel:

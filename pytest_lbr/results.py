@@ -2,35 +2,40 @@
 
 `--lbr-results=FILE` writes JSON Lines: one ``test`` record per test as its report comes
 in, then, when the session ends, a ``session`` record (kernel, architecture, backend,
-whether tracing could run) and a ``splat`` record for each kernel splat no test reported. `pytest-lbr vm`,
-`pytest-lbr bisect` and the CI summary decide on these records, never on failure text:
-rewording a message changes no verdict.
+whether tracing could run) and a ``splat`` record for each kernel splat no test
+reported. `pytest-lbr vm` adds a ``guest`` record per kernel in its own file (how the
+guest ended: its status, the runner's error, a kernel panic on the console).
+`pytest-lbr vm`, `pytest-lbr bisect` and the CI summary decide on these records, never on
+failure text: rewording a message changes no verdict.
 
-Plain data and I/O only: no pytest. The plugin builds the records (`session.py`), this
-module writes, reads and summarises them.
+Plain data and I/O only: no pytest. The plugin builds the records (`session.py`), the VM
+runner its guest records (`vm_run.py`); this module writes, reads and summarises them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pytest_lbr.errors import UserError
 
 __all__ = [
     "SCHEMA",
     "VERSION",
+    "GUEST_FILE",
     "GoldenRecord",
+    "GuestRecord",
     "Results",
     "ResultsError",
     "SessionRecord",
     "SplatRecord",
-    "TestRecord",
+    "TestResult",
     "TraceRecord",
     "append_record",
+    "guest_record",
     "golden_outcome",
     "read_results",
     "summary_markdown",
@@ -39,8 +44,12 @@ __all__ = [
 #: Every record names its schema and version; readers refuse other versions in one line.
 SCHEMA = "pytest-lbr/results"
 VERSION = 1
+#: The file of `guest` records `pytest-lbr vm` writes into each kernel's results directory.
+GUEST_FILE = "guest.jsonl"
 
 Outcome = Literal["passed", "failed", "skipped", "error"]
+#: How a guest ended (`GuestRecord.end`).
+GuestEnd = Literal["reported", "no_boot", "hang", "died", "not_started"]
 #: A golden check as the results file says it (`golden_outcome` maps the checker's words).
 GoldenOutcome = Literal["matched", "mismatched", "written", "unchanged", "missing", "error"]
 _GOLDEN_OUTCOMES: dict[str, GoldenOutcome] = {
@@ -51,6 +60,9 @@ _GOLDEN_OUTCOMES: dict[str, GoldenOutcome] = {
     "missing": "missing",
     "error": "error",
 }
+
+
+_R = TypeVar("_R")
 
 
 class ResultsError(UserError, ValueError):
@@ -98,6 +110,9 @@ class SplatRecord:
     title: str
     #: The test it happened in; "" for a splat no test reported.
     nodeid: str = ""
+    #: The test is marked `allow_splat`: it provokes splats on purpose, and this one
+    #: failed nothing.
+    allowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +130,7 @@ class SessionRecord:
 
 
 @dataclass(frozen=True)
-class TestRecord:
+class TestResult:
     """One test: its outcome, what it traced, its golden checks and its splats."""
 
     __test__ = False  # a record, not a pytest test class
@@ -141,12 +156,41 @@ class TestRecord:
         return self.outcome != "skipped" and (self.tracer or bool(self.traces))
 
 
+@dataclass(frozen=True)
+class GuestRecord:
+    """How one kernel's guest of a `pytest-lbr vm` run ended; the runner writes it into
+    the kernel's results directory (`GUEST_FILE`) whether or not the guest booted."""
+
+    #: The kernel's name in the run (`6.12`, or the image's file name).
+    label: str
+    #: The image or kernel tree booted ("" when the runner never found one).
+    kernel: str
+    #: `reported`: the guest wrote its command's exit status; `no_boot`: it never
+    #: started; `hang`: it ran past --timeout; `died`: it started but never reported
+    #: (a panic, a kill); `not_started`: the runner could not start it.
+    end: GuestEnd
+    #: The guest command's exit status (pytest's), when the guest reported one.
+    status: int | None = None
+    #: What `pytest-lbr vm` counts for this kernel (`status`, made 1 by a kernel splat
+    #: no test reported; 6 when the guest never reported).
+    exit_status: int = 6
+    #: Why there is no status, in one line ("" when there is one).
+    error: str = ""
+    #: The kernel's "Kernel panic - not syncing: ..." line on the console ("" if none).
+    panic: str = ""
+    #: Kernel splats no test reported: from the guest's saved log, or from the console
+    #: of a guest that died before saving it.
+    splats: list[SplatRecord] = field(default_factory=list)
+    #: The kernel release the guest booted (`uname -r` there; "" if it never started).
+    release: str = ""
+
+
 @dataclass
 class Results:
     """A results file as read back."""
 
     session: SessionRecord | None = None
-    tests: list[TestRecord] = field(default_factory=list)
+    tests: list[TestResult] = field(default_factory=list)
     #: Splats no test reported: they fail the run.
     splats: list[SplatRecord] = field(default_factory=list)
 
@@ -156,8 +200,19 @@ class Results:
 
     @property
     def traced(self) -> int:
-        """How many tests ran with tracing (`TestRecord.traced`)."""
+        """How many tests ran with tracing (`TestResult.traced`)."""
         return sum(t.traced for t in self.tests)
+
+    #: How the guest ended, for a file `pytest-lbr vm` wrote (`GUEST_FILE`).
+    guest: GuestRecord | None = None
+
+    def failing_splats(self) -> list[SplatRecord]:
+        """The kernel splats that fail the run: every one no test allowed."""
+        return [s for s in self.splats + [s for t in self.tests for s in t.splats] if not s.allowed]
+
+    def allowed_splats(self) -> list[SplatRecord]:
+        """The splats tests marked `allow_splat` provoked: shown, never failures."""
+        return [s for t in self.tests for s in t.splats if s.allowed]
 
     def mismatches(self) -> list[tuple[str, GoldenRecord]]:
         """(node id, check) of every golden mismatch, in test order."""
@@ -168,9 +223,19 @@ def _record(kind: str, data: Any) -> str:
     return json.dumps({"schema": SCHEMA, "version": VERSION, "type": kind, **asdict(data)})
 
 
-def append_record(path: Path, record: SessionRecord | TestRecord | SplatRecord) -> None:
+_KINDS: dict[type, str] = {
+    SessionRecord: "session",
+    TestResult: "test",
+    SplatRecord: "splat",
+    GuestRecord: "guest",
+}
+
+
+def append_record(
+    path: Path, record: SessionRecord | TestResult | SplatRecord | GuestRecord
+) -> None:
     """Append one record as a line (created with its directory if missing)."""
-    kind = {SessionRecord: "session", TestRecord: "test", SplatRecord: "splat"}[type(record)]
+    kind = _KINDS[type(record)]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as out:
         out.write(_record(kind, record) + "\n")
@@ -203,11 +268,13 @@ def read_results(path: Path) -> Results:
             data.pop(key)
         try:
             if kind == "session":
-                results.session = SessionRecord(**data)
+                results.session = _make(SessionRecord, data)
             elif kind == "test":
                 results.tests.append(_test_record(data))
             elif kind == "splat":
-                results.splats.append(SplatRecord(**data))
+                results.splats.append(_make(SplatRecord, data))
+            elif kind == "guest":
+                results.guest = _guest_record(data)
             else:
                 raise ResultsError(f"{path}:{number}: unknown record type {kind!r}")
         except TypeError as exc:
@@ -215,11 +282,32 @@ def read_results(path: Path) -> Results:
     return results
 
 
-def _test_record(data: dict[str, Any]) -> TestRecord:
-    data["traces"] = [TraceRecord(**t) for t in data.get("traces", [])]
-    data["golden"] = [GoldenRecord(**g) for g in data.get("golden", [])]
-    data["splats"] = [SplatRecord(**s) for s in data.get("splats", [])]
-    return TestRecord(**data)
+def _make(cls: type[_R], data: dict[str, Any]) -> _R:
+    """`cls` from a record's fields; fields this version does not know are left out
+    (a newer pytest-lbr may add fields within a version, never change one)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _test_record(data: dict[str, Any]) -> TestResult:
+    data["traces"] = [_make(TraceRecord, t) for t in data.get("traces", [])]
+    data["golden"] = [_make(GoldenRecord, g) for g in data.get("golden", [])]
+    data["splats"] = [_make(SplatRecord, s) for s in data.get("splats", [])]
+    return _make(TestResult, data)
+
+
+def _guest_record(data: dict[str, Any]) -> GuestRecord:
+    data["splats"] = [_make(SplatRecord, s) for s in data.get("splats", [])]
+    return _make(GuestRecord, data)
+
+
+def guest_record(directory: Path) -> GuestRecord | None:
+    """The guest record `pytest-lbr vm` wrote into a kernel's results directory (None:
+    none, or not readable)."""
+    try:
+        return read_results(directory / GUEST_FILE).guest
+    except (OSError, ResultsError):
+        return None
 
 
 # -- the CI summary -------------------------------------------------------------------
@@ -228,15 +316,18 @@ def _test_record(data: dict[str, Any]) -> TestRecord:
 def summary_markdown(runs: Mapping[str, Results | None]) -> str:
     """The Markdown summary of one `pytest-lbr vm` run: per kernel, its counts, each
     failure (with its golden diff), the kernel splats and the skips that became
-    failures. A kernel whose guest wrote no results says so."""
+    failures. Splats that tests marked `allow_splat` provoked are counted and listed
+    apart, as allowed. A kernel whose guest wrote no results says so (and why, from
+    its guest record)."""
     out = ["# pytest-lbr results", ""]
     out.append("| kernel | passed | failed | skipped | traced | splats |")
     out.append("| --- | --- | --- | --- | --- | --- |")
     for label, res in runs.items():
-        if res is None:
-            out.append(f"| {label} | - | - | - | - | no results: the guest never reported |")
+        if res is None or (res.session is None and not res.tests):
+            out.append(f"| {label} | - | - | - | - | no results: {_no_results(res)} |")
             continue
-        splats = len(res.splats) + sum(len(t.splats) for t in res.tests)
+        allowed = len(res.allowed_splats())
+        splats = f"{len(res.failing_splats())}" + (f" (+{allowed} allowed)" if allowed else "")
         failed = res.count("failed") + res.count("error")
         out.append(
             f"| {_kernel_cell(label, res)} | {res.count('passed')} | {failed} | "
@@ -248,6 +339,15 @@ def summary_markdown(runs: Mapping[str, Results | None]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _no_results(res: Results | None) -> str:
+    guest = res.guest if res is not None else None
+    if guest is not None and guest.error:
+        return _quote(guest.error)
+    if guest is not None and guest.status is not None:
+        return f"pytest exited {guest.status} before any test ended"
+    return "the guest never reported"
+
+
 def _kernel_cell(label: str, res: Results) -> str:
     release = res.session.kernel_release if res.session else ""
     return f"{label} (`{release}`)" if release and release != label else label
@@ -255,8 +355,8 @@ def _kernel_cell(label: str, res: Results) -> str:
 
 def _kernel_section(label: str, res: Results) -> Iterable[str]:
     failures = [t for t in res.tests if t.outcome in ("failed", "error")]
-    splats = res.splats + [s for t in res.tests for s in t.splats]
-    if not failures and not splats:
+    splats, allowed = res.failing_splats(), res.allowed_splats()
+    if not failures and not splats and not allowed:
         return []
     out = ["", f"## {label}"]
     strict = [t for t in failures if t.skip_became_failure]
@@ -273,6 +373,9 @@ def _kernel_section(label: str, res: Results) -> Iterable[str]:
     if splats:
         out += ["", "### Kernel splats", ""]
         out += [f"- {s.title}" + (f" (in `{s.nodeid}`)" if s.nodeid else "") for s in splats]
+    if allowed:
+        out += ["", "### Allowed kernel splats (`allow_splat`: provoked on purpose, not failures)"]
+        out += [""] + [f"- {s.title} (in `{s.nodeid}`)" for s in allowed]
     return out
 
 

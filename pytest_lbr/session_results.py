@@ -3,7 +3,7 @@
 Where a test runs (an xdist worker, or the only process), its traces, golden checks and
 kernel splats go into its teardown report as one user property of plain JSON; where
 reports are collected (the controller, or the only process), each test's phases are
-folded into one `TestRecord`, appended to the file when its teardown report arrives.
+folded into one `TestResult`, appended to the file when its teardown report arrives.
 The session record and the splats no test reported are written when the session ends.
 """
 
@@ -17,12 +17,12 @@ import pytest
 
 from pytest_lbr.guest import TRACING_PROPERTY, in_guest
 from pytest_lbr.kernel.machine import machine
-from pytest_lbr.record import TestRecord as TestState
+from pytest_lbr.record import TestRecord
 from pytest_lbr.results import (
     GoldenRecord,
     SessionRecord,
     SplatRecord,
-    TestRecord,
+    TestResult,
     TraceRecord,
     append_record,
     golden_outcome,
@@ -49,7 +49,7 @@ class ResultsBook:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("")  # this session's records only
 
-    def attach(self, report: pytest.TestReport, state: TestState | None) -> None:
+    def attach(self, report: pytest.TestReport, state: TestRecord | None) -> None:
         """At the test's teardown report, where it ran: what it traced and checked."""
         if self.path is None or report.when != "teardown" or state is None:
             return
@@ -65,7 +65,11 @@ class ResultsBook:
                 for t in state.traces
             ],
             "golden": [_golden(g) for g in state.golden],
-            "splats": [{"key": s.key, "title": s.title} for s in state.splats],
+            # allow_splat: shown, never a failure (the summary lists them apart).
+            "splats": [
+                {"key": s.key, "title": s.title, "allowed": state.splats_allowed}
+                for s in state.splats
+            ],
         }
         report.user_properties.append((RESULTS_PROPERTY, json.dumps(data)))
 
@@ -93,7 +97,7 @@ class ResultsBook:
 
     def _write(self, nodeid: str, test: dict[str, Any]) -> None:
         assert self.path is not None
-        record = TestRecord(
+        record = TestResult(
             nodeid,
             test["outcome"],
             test["reason"],
@@ -101,7 +105,10 @@ class ResultsBook:
             bool(test.get("strict")),
             [TraceRecord(**t) for t in test.get("traces", [])],
             [GoldenRecord(**g) for g in test.get("golden", [])],
-            [SplatRecord(s["key"], s["title"], nodeid) for s in test.get("splats", [])],
+            [
+                SplatRecord(s["key"], s["title"], nodeid, bool(s.get("allowed")))
+                for s in test.get("splats", [])
+            ],
             bool(test.get("kernel")),
             bool(test.get("tracer")),
         )

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import Shard, read_tally
+from pytest_lbr.guest import Shard
 from pytest_lbr.vm_env import GUEST_ENV_FILE, env_option, guest_environment
 from pytest_lbr.vm_guest import guest_cli, guest_main
 from pytest_lbr.vm_host import (
@@ -48,12 +48,15 @@ from pytest_lbr.vm_run import (
     EXIT_SKIP,
     STARTED,
     STATUS,
+    GuestError,
     GuestResult,
     bisect_status,
+    read_guest_results,
     run_vm,
     stop_guests,
     unreported_splats,
     worst_status,
+    write_guest_record,
     write_summary,
 )
 
@@ -123,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="K",
-        help="6.1, 6.12 (newest installed /boot/vmlinuz-<series>.*), a kernel image, or a "
-        "tree built with vng --build; repeat for several (default: 6.12)",
+        help="6.1, 6.12 (newest installed /boot/vmlinuz-<series>.*), an exact release to pin "
+        "(6.1.0-56-amd64: /boot/vmlinuz-<release>, from package linux-image-<release>), a "
+        "kernel image, or a tree built with vng --build; repeat for several (default: 6.12)",
     )
     parser.add_argument(
         "--arch",
@@ -272,9 +276,14 @@ def _run_one(plan: VmPlan, args: argparse.Namespace, prefix: str | None) -> Gues
         status = run_vm(plan, timeout=args.timeout, boot_timeout=args.boot_timeout, prefix=prefix)
     except VmError as exc:
         say(f"error: {exc}")
-        return GuestResult(plan.label, EXIT_NO_GUEST, plan.results, error=str(exc))
-    tally = None if args.execute is not None else read_tally(plan.results)
-    result = GuestResult(plan.label, status, plan.results, tally)
+        failed = GuestResult(plan.label, EXIT_NO_GUEST, plan.results, error=str(exc))
+        if isinstance(exc, GuestError):
+            write_guest_record(failed, str(plan.kernel), exc.end, exc.why, exc.console)
+        else:
+            write_guest_record(failed, str(plan.kernel), "not_started", str(exc).splitlines()[0])
+        return failed
+    records = None if args.execute is not None else read_guest_results(plan.results)
+    result = GuestResult(plan.label, status, plan.results, records)
     splats = unreported_splats(plan.results) if getattr(args, "check_splats", True) else []
     for splat in splats:
         say(f"{plan.label}: kernel splat no test reported:\n  " + "\n  ".join(splat.lines))
@@ -283,6 +292,7 @@ def _run_one(plan: VmPlan, args: argparse.Namespace, prefix: str | None) -> Gues
         result.note = f"kernel splat no test reported: {splats[0].summary}"
         if status in (0, 5):  # a worse status already says the guest failed
             result.status = 1
+    write_guest_record(result, str(plan.kernel), "reported")
     return result
 
 
@@ -303,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plans = _plans(args, pytest_args)
     except VmError as exc:
         say(f"error: {exc}")
+        if not args.dry_run:
+            _record_not_started(args, str(exc))
         return EXIT_SKIP if args.bisect else EXIT_NO_GUEST
     if args.dry_run:
         for plan in plans:
@@ -337,6 +349,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(results) > 1:
         say(f"exit {status} (the worst of {', '.join(f'{r.label}: {r.status}' for r in results)})")
     return status
+
+
+def _record_not_started(args: argparse.Namespace, error: str) -> None:
+    """A run that could not start its guests still leaves each kernel a `guest` record
+    saying why (`pytest-lbr bisect` reads it). A guest root names its kernels only
+    once opened: there the message on stderr is all."""
+    if args.root is not None:
+        return
+    root = (args.results or Path.cwd() / DEFAULT_RESULTS).resolve()
+    for spec in args.kernel or ["6.12"]:
+        label = kernel_label(spec)
+        try:
+            results = claim_results_dir(root / label)
+        except (OSError, VmError):
+            continue
+        for name in (STARTED, STATUS):
+            (results / name).unlink(missing_ok=True)
+        failed = GuestResult(label, EXIT_NO_GUEST, results, error=error)
+        write_guest_record(failed, "", "not_started", error.splitlines()[0])
 
 
 def _splats_off(pytest_args: Sequence[str]) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from pytest_lbr.capture.tracer_object import object_arch
 from pytest_lbr.symbols.cache import cache_dir
 from pytest_lbr.vm_messages import VmError
-from pytest_lbr.vm_root import GuestRoot
+from pytest_lbr.vm_root import GuestRoot, is_release, pinned_missing
 
 __all__ = [
     "boot_image",
@@ -37,13 +37,23 @@ __all__ = [
 ]
 
 
+#: Where Debian's kernel packages put the images --kernel SERIES and RELEASE pick from.
+BOOT = Path("/boot")
+
+
 def resolve_kernel(spec: str) -> Path:
     """What vng boots for a --kernel value.
 
-    '6.1' / '6.12': the newest installed /boot/vmlinuz-<series>.*; a file: that
-    image; a directory: a kernel tree built with `vng --build` (vng boots it
-    with its modules).
+    '6.1' / '6.12': the newest installed /boot/vmlinuz-<series>.*; an exact release
+    ('6.1.0-56-amd64', a pin): /boot/vmlinuz-<release>, or a one-line error saying how
+    to install it; a file: that image; a directory: a kernel tree built with `vng
+    --build` (vng boots it with its modules).
     """
+    if is_release(spec):
+        image = BOOT / f"vmlinuz-{spec}"
+        if not image.is_file():
+            raise VmError(pinned_missing(spec, BOOT, ""))
+        return image
     if re.fullmatch(r"\d+\.\d+", spec):
         found = sorted(
             glob.glob(f"/boot/vmlinuz-{spec}.*"),

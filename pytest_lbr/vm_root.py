@@ -10,10 +10,18 @@ holds Python with pytest-lbr installed, and the kernels to boot under `boot/`
 from __future__ import annotations
 
 import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GUEST_PYTHONS", "GuestRoot", "RootError", "machine_name"]
+__all__ = [
+    "GUEST_PYTHONS",
+    "GuestRoot",
+    "RootError",
+    "is_release",
+    "machine_name",
+    "pinned_missing",
+]
 
 #: `--arch` spellings -> the machine name `uname -m` prints in such a guest.
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
@@ -22,6 +30,29 @@ _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "arm64": "aarch64", "aarch64
 GUEST_PYTHONS = ("opt/pytest-lbr/bin/python", "usr/local/bin/python3", "usr/bin/python3")
 #: Each machine's name in Debian (its linux-image-* flavour) and in vng's --arch.
 _DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+#: An exact kernel release, as `uname -r` prints it and Debian names its package
+#: (`linux-image-<release>`): 6.1.0-56-amd64, 6.12.117+deb12-amd64.
+_RELEASE = re.compile(r"\d+\.\d+[.-][0-9A-Za-z.+~_-]*")
+
+
+def is_release(spec: str) -> bool:
+    """Is a --kernel value an exact kernel release (a pin), not a series or a path?
+    A file so named is given as ./NAME."""
+    return "/" not in spec and _RELEASE.fullmatch(spec) is not None
+
+
+def pinned_missing(release: str, boot: Path, how: str) -> str:
+    """The one-line error for a pinned release with no `boot/vmlinuz-<release>`: how to
+    install its package (`how` runs apt-get there), or the pins that would work."""
+    have = sorted(p.name.removeprefix("vmlinuz-") for p in boot.glob("vmlinuz-*"))
+    return (
+        f"pinned kernel {release} is not installed (no {boot}/vmlinuz-{release}): "
+        f"{how}apt-get install linux-image-{release} (gone from Debian's archive: install "
+        "the .deb your CI cached, or fetch it from snapshot.debian.org), or pin one "
+        f"installed: {', '.join(have) or 'none'}"
+    )
 
 
 class RootError(ValueError):
@@ -75,7 +106,13 @@ class GuestRoot:
 
     def kernel(self, spec: str | None) -> Path:
         """The image to boot: '6.1' -> the newest `boot/vmlinuz-6.1.*` in the root,
-        None -> the newest of all there, anything else -> that file."""
+        None -> the newest of all there, a release (6.1.0-56-arm64) -> exactly that one
+        of the root, anything else -> that file."""
+        if spec is not None and is_release(spec):
+            image = self.path / "boot" / f"vmlinuz-{spec}"
+            if not image.is_file():
+                raise RootError(pinned_missing(spec, image.parent, f"chroot {self.path} "))
+            return image
         if spec is not None and not _is_series(spec):
             image = Path(spec)
             if not image.is_file():

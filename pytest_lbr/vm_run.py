@@ -3,25 +3,39 @@
 `run_vm` starts vng, echoes the guest's output (whole prefixed lines when several
 run at once), kills a guest that does not boot or hangs, and returns the status
 the guest side wrote: that file is the status channel, so a guest that never got
-there (no boot, panic, hang) is told apart from a failing test. `GuestResult`,
-`worst_status` and `unreported_splats` turn the guests' ends into one summary.
+there (no boot, panic, hang) is told apart from a failing test, and `GuestError`
+says which as data. `GuestResult`, `worst_status` and `unreported_splats` turn the
+guests' ends into one summary; `write_guest_record` writes each end as a `guest`
+record (docs/results.md), which `pytest-lbr bisect` reads instead of this runner's
+messages.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_lbr.guest import RESULTS_FILE, SPLATS_FILE, Tally, read_noted_splats
+from pytest_lbr.guest import RESULTS_FILE, SPLATS_FILE, Tally, read_noted_splats, tally_of
 from pytest_lbr.kernel.kmsg import Splat, find_splats
-from pytest_lbr.results import Results, ResultsError, SplatRecord, read_results, summary_markdown
+from pytest_lbr.results import (
+    GUEST_FILE,
+    GuestEnd,
+    GuestRecord,
+    Results,
+    ResultsError,
+    SplatRecord,
+    append_record,
+    read_results,
+    summary_markdown,
+)
 from pytest_lbr.vm_env import write_guest_env
 from pytest_lbr.vm_host import strip_escapes
 from pytest_lbr.vm_messages import PRINT_LOCK, VmError
@@ -33,12 +47,14 @@ __all__ = [
     "STARTED",
     "SUMMARY_FILE",
     "STATUS",
+    "GuestError",
     "GuestResult",
     "bisect_status",
     "run_vm",
     "stop_guests",
     "unreported_splats",
     "worst_status",
+    "write_guest_record",
     "write_summary",
 ]
 
@@ -54,6 +70,20 @@ STATUS = "status"
 EXIT_NO_GUEST = 6
 #: `git bisect run`'s "cannot test this commit": every infrastructure failure under --bisect.
 EXIT_SKIP = 125
+#: The kernel's own last words (kernel/panic.c), as it prints them on the console.
+_PANIC = re.compile(r"Kernel panic - not syncing:.*")
+
+
+class GuestError(VmError):
+    """A guest that never reported a status; `end` says how it ended (a `GuestRecord`
+    word), `why` in one line, the message adds the console's tail."""
+
+    def __init__(self, message: str, end: GuestEnd, why: str, console: str = "") -> None:
+        super().__init__(message)
+        self.end = end
+        self.why = why
+        #: The console text, escape codes left out ("" when there was none).
+        self.console = console
 
 
 class _Echo:
@@ -113,11 +143,13 @@ def run_vm(
         try:
             point.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise VmError(
+            why = (
                 f"cannot make the mount point {point} in the guest root: {exc.strerror} "
                 "(run as the root's owner, or make it once with mkdir -p)"
-            ) from None
-    for name in (STARTED, STATUS, SPLATS_FILE):
+            )
+            raise GuestError(why, "not_started", why) from None
+    # A previous run's ends and records must not pass for this run's.
+    for name in (STARTED, STATUS, SPLATS_FILE, GUEST_FILE, RESULTS_FILE):
         (plan.results / name).unlink(missing_ok=True)
     write_guest_env(plan.results, plan.env)
     console_path = plan.results / "console.log"
@@ -137,6 +169,7 @@ def run_vm(
         os.set_blocking(proc.stdout.fileno(), False)
         echo = _Echo(console, prefix)
         why = ""
+        end: GuestEnd = "died"
         _guests.add(proc.pid)
         try:
             while True:
@@ -146,9 +179,9 @@ def run_vm(
                     break
                 elapsed = time.monotonic() - start
                 if elapsed > boot_timeout and not (plan.results / STARTED).exists():
-                    why = f"guest did not boot within {boot_timeout:.0f}s"
+                    why, end = f"guest did not boot within {boot_timeout:.0f}s", "no_boot"
                 elif elapsed > timeout:
-                    why = f"guest ran past the {timeout:.0f}s limit (hang?)"
+                    why, end = f"guest ran past the {timeout:.0f}s limit (hang?)", "hang"
                 if why:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
@@ -165,6 +198,7 @@ def run_vm(
         return int(status_file.read_text().strip() or EXIT_NO_GUEST)
     if not why:
         started = (plan.results / STARTED).exists()
+        end = "died" if started else "no_boot"
         why = f"guest exited (vng status {proc.returncode}) without reporting a status: " + (
             "it panicked or was killed mid-run" if started else "it failed to boot"
         )
@@ -176,7 +210,12 @@ def run_vm(
         if "--verbose" in plan.command
         else " (rerun with --kernel-log to see the kernel console)"
     )
-    raise VmError(f"{plan.label}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail))
+    raise GuestError(
+        f"{plan.label}: {why}; console in {console_path}{hint}:\n  " + "\n  ".join(tail),
+        end,
+        why,
+        text,
+    )
 
 
 #: Process groups of the guests running now. Each runs in its own session, so Ctrl-C
@@ -200,12 +239,20 @@ class GuestResult:
     label: str
     status: int
     results: Path
-    tally: Tally | None = None
+    #: The results file the guest's pytest wrote, read once (None: none, or --exec).
+    records: Results | None = None
     error: str = ""
     #: Why the guest failed though its command passed (a kernel splat pytest did not see).
     note: str = ""
     #: Kernel splats in the guest's log that its pytest did not report.
     splats: list[Splat] = field(default_factory=list)
+    #: How it ended, as written for machines (`write_guest_record`).
+    record: GuestRecord | None = None
+
+    @property
+    def tally(self) -> Tally | None:
+        """The counts of the guest's results file (None without one)."""
+        return None if self.records is None else tally_of(self.records)
 
     def line(self) -> str:
         """One summary line: counts, and the exit status."""
@@ -255,18 +302,57 @@ def bisect_status(status: int) -> int:
     return status if status in (0, 1) else EXIT_SKIP
 
 
+def read_guest_results(results: Path) -> Results | None:
+    """The results file a guest's pytest wrote into `results` (None: none, or unreadable)."""
+    try:
+        return read_results(results / RESULTS_FILE)
+    except (OSError, ResultsError):
+        return None
+
+
+def console_end(console: str) -> tuple[str, list[Splat]]:
+    """The kernel panic line and the splats on a guest's console (text, escapes left out)."""
+    panic = _PANIC.search(console)
+    return (panic.group(0).strip() if panic else ""), find_splats(console.splitlines())
+
+
+def write_guest_record(
+    guest: GuestResult, kernel: str, end: GuestEnd, error: str = "", console: str = ""
+) -> GuestRecord:
+    """Write how `guest` ended as the `guest` record of its results directory
+    (`GUEST_FILE`, replaced), keep it in `guest.record` and return it: its status, the
+    runner's one-line `error`, a kernel panic or splat on the `console` of a guest that
+    never reported."""
+    panic, on_console = console_end(console) if end != "reported" else ("", [])
+    splats = guest.splats if end == "reported" else on_console
+    started = guest.results / STARTED
+    release = started.read_text().strip() if started.exists() else ""
+    record = GuestRecord(
+        guest.label,
+        kernel,
+        end,
+        status=guest.status if end == "reported" else None,
+        exit_status=guest.status,
+        error=error,
+        panic=panic,
+        splats=[SplatRecord(s.key, s.summary) for s in splats],
+        release=release,
+    )
+    if guest.results.is_dir():
+        (guest.results / GUEST_FILE).unlink(missing_ok=True)
+        append_record(guest.results / GUEST_FILE, record)
+    guest.record = record
+    return record
+
+
 def write_summary(root: Path, guests: Sequence[GuestResult]) -> Path:
-    """Write `root/summary.md` from each guest's results file (and the kernel splats the
+    """Write `root/summary.md` from each guest's results (and the kernel splats the
     runner found in its log); append it to $GITHUB_STEP_SUMMARY when that is set."""
     runs: dict[str, Results | None] = {}
     for guest in guests:
-        try:
-            res: Results | None = read_results(guest.results / RESULTS_FILE)
-        except (OSError, ResultsError):
-            res = None
-        if res is not None:
-            res.splats += [SplatRecord(s.key, s.summary) for s in guest.splats]
-        runs[guest.label] = res
+        res = guest.records or Results()
+        runner = [SplatRecord(s.key, s.summary) for s in guest.splats]
+        runs[guest.label] = replace(res, splats=res.splats + runner, guest=guest.record)
     text = summary_markdown(runs)
     path = root / SUMMARY_FILE
     path.write_text(text, encoding="utf-8")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bisect_step import golden_diffs, pytest_verdict, read_session
-from pytest_lbr.results import GoldenRecord, Results, SessionRecord, SplatRecord, TestRecord
+from pytest_lbr.results import GoldenRecord, Results, SessionRecord, SplatRecord, TestResult
 from tests.commands import PYTEST_LBR
 from tests.test_plugin import TRACE_HELPER
 
@@ -224,15 +224,15 @@ def test_ctrl_c_stops_the_step_and_restores_the_checkout(tmp_path: Path) -> None
 
 
 def test_pytest_statuses_map_to_bisect_verdicts() -> None:
-    passed = Results(tests=[TestRecord("t.py::a", "passed"), TestRecord("t.py::b", "passed")])
+    passed = Results(tests=[TestResult("t.py::a", "passed"), TestResult("t.py::b", "passed")])
     assert pytest_verdict(0, passed, "") == ("good", "tests passed, golden traces match (2 passed)")
-    all_skipped = Results(tests=[TestRecord("t.py::a", "skipped", "needs root")])
+    all_skipped = Results(tests=[TestResult("t.py::a", "skipped", "needs root")])
     assert pytest_verdict(0, all_skipped, "") == ("skip", "no test ran (1 skipped: needs root)")
     golden = GoldenRecord("test_x", "g.lbr", "mismatched", diff="-a\n+b\n")
-    mismatch = Results(tests=[TestRecord("t.py::test_x", "failed", "whatever", golden=[golden])])
+    mismatch = Results(tests=[TestResult("t.py::test_x", "failed", "whatever", golden=[golden])])
     assert pytest_verdict(1, mismatch, "") == ("bad", "golden mismatch in t.py::test_x")
     assert golden_diffs(mismatch) == [("t.py::test_x", "g.lbr\n-a\n+b")]
-    other = Results(tests=[TestRecord("t.py::test_y", "failed", "AssertionError: 1 == 2")])
+    other = Results(tests=[TestResult("t.py::test_y", "failed", "AssertionError: 1 == 2")])
     assert pytest_verdict(1, other, "") == (
         "bad",
         "t.py::test_y failed, not a golden mismatch: AssertionError: 1 == 2",
@@ -481,3 +481,113 @@ def test_rewording_every_golden_message_changes_no_verdict(
             assert "REWORDED:" in run.stdout and "golden trace mismatch:" not in run.stdout
     assert seen[0] == seen[1]
     assert seen[0][0][0] == ("good" if program == NULL else "bad")
+
+
+# -- guests: verdicts from the records `pytest-lbr vm` writes -------------------------------
+
+#: The console of a real 6.12 guest that panicked (`echo c > /proc/sysrq-trigger`).
+PANIC_CONSOLE = Path(__file__).parent / "data" / "console-6.12-panic.txt"
+
+
+def _reworded(text: str) -> str:
+    return "REWORDED: " + " ".join(reversed(text.split())) if text else ""
+
+
+def _guest(results: Path, label: str, end: str, status: int | None, error: str, console: str):
+    from pytest_lbr.vm_run import GuestResult, write_guest_record
+
+    (results / label).mkdir(parents=True)
+    guest = GuestResult(label, 6 if status is None else status, results / label, error=error)
+    write_guest_record(guest, f"/boot/vmlinuz-{label}", end, error, console)  # type: ignore[arg-type]
+
+
+def test_guest_verdicts_come_from_the_guest_records_whatever_the_runner_says(
+    tmp_path: Path,
+) -> None:
+    """Each way a guest can end, as `pytest-lbr vm` records it: the verdict is the same
+    when every message of the runner is reworded; a panic is read from the record."""
+    from pytest_lbr.bisect_step import BisectPlan, _guest_verdict
+
+    panic = PANIC_CONSOLE.read_text()
+    ends = [
+        ("no_boot", None, "guest did not boot within 300s", ""),
+        ("hang", None, "guest ran past the 1500s limit (hang?)", ""),
+        ("died", None, "guest exited without reporting a status", panic),
+        ("not_started", None, "no kernel 4.19 installed", ""),
+        ("reported", 5, "", ""),
+    ]
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for words in (str, _reworded):
+        for end, status, error, console in ends:
+            results = tmp_path / words.__name__ / end
+            _guest(results, "6.12", end, status, words(error), console)
+            for bad in (False, True):
+                plan = BisectPlan("vm", "r", "c", "s", [], kernels=["6.12"], panic_is_bad=bad)
+                verdict, reason = _guest_verdict(plan, results)
+                seen.setdefault(f"{end} {bad}", []).append((verdict, reason.split(" [")[0]))
+    for key, (plain, reworded) in seen.items():
+        assert plain == reworded, key
+    assert seen["died True"][0] == (
+        "bad",
+        "kernel panicked (Kernel panic - not syncing: sysrq triggered crash)",
+    )
+    assert seen["died False"][0][0] == "skip"
+    assert seen["no_boot False"][0] == ("skip", "guest did not boot")
+    assert seen["hang True"][0] == ("skip", "guest did not finish (hang)")
+    assert seen["reported False"][0] == ("skip", "no test collected")
+    assert seen["not_started False"][0][1] == "pytest-lbr vm could not start the guest"
+
+
+REWORD_VM = """
+import pytest_lbr.vm_messages as messages
+
+_say = messages.say
+
+
+def _reworded(text):
+    return "REWORDED: " + " ".join(reversed(text.split()))
+
+
+messages.say = lambda message: _say(_reworded(message))
+
+import pytest_lbr.vm_run as run
+
+_init = run.GuestError.__init__
+
+
+def _init_reworded(self, message, end, why, console=""):
+    _init(self, _reworded(message), end, _reworded(why), console)
+
+
+run.GuestError.__init__ = _init_reworded
+"""
+
+
+def test_rewording_the_vm_runners_messages_changes_no_verdict(tmp_path: Path) -> None:
+    """The real `pytest-lbr vm --bisect` with a kernel that does not boot, once as it
+    is and once with every `[vm]` line and guest error reworded (a sitecustomize): the
+    step's verdict and reason come from the guest records, so they stay the same."""
+    from pytest_lbr.bisect_step import BisectPlan, _guest_verdict
+
+    _vm_tools_or_skip()
+    bogus = tmp_path / "vmlinuz-bogus"
+    bogus.write_bytes(b"\x7fELF not really a kernel" * 100)
+    (tmp_path / "reword").mkdir()
+    (tmp_path / "reword" / "sitecustomize.py").write_text(REWORD_VM)
+    plan = BisectPlan("vm", "r", str(tmp_path), "s", [], kernels=[str(bogus)])
+    seen = []
+    for name, env in (("plain", {}), ("reword", {"PYTHONPATH": str(tmp_path / "reword")})):
+        results = tmp_path / name
+        out = subprocess.run(
+            [PYTEST_LBR, "vm", "--kernel", str(bogus), "--tcg", "--bisect", "--boot-timeout"]
+            + ["60", "--results", str(results), "--", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **env},
+        )
+        assert out.returncode == 125, out.stderr
+        assert ("REWORDED:" in out.stderr) == (name == "reword"), out.stderr
+        verdict, reason = _guest_verdict(plan, results)
+        seen.append((verdict, reason.split(" [")[0]))
+    assert seen[0] == seen[1] == ("skip", "guest did not boot")

@@ -70,3 +70,25 @@ def test_the_schemas_refuse_a_broken_template(schema: str, text: str, tmp_path: 
     """The check can fail: a broken file of each kind is refused by the same call."""
     done = _validate(schema, text, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
+
+
+#: The kernel variable of each template: the matrix entry every step uses.
+KERNEL_VARIABLES = (r"\$\{\{ matrix\.kernel \}\}", r"\$KERNEL\b")
+
+
+@pytest.mark.parametrize("index", range(len(SCHEMAS)), ids=SCHEMAS)
+def test_each_template_pins_its_kernels_in_one_place(index: int) -> None:
+    """The kernel releases are written once (the matrix); the cache key, the package
+    installed and `pytest-lbr vm --kernel` all take them from there, and nothing
+    installs an unpinned kernel meta-package."""
+    from pytest_lbr.vm_root import is_release
+
+    text = _templates()[index]
+    releases = re.findall(r"\b\d+\.\d+\.\d+[-+][\w.+~-]*-amd64\b", text)
+    assert len(releases) == 2 and len(set(releases)) == 2, releases
+    assert all(is_release(r) for r in releases)
+    assert not re.search(r"linux-image-(amd64|6\.\d+-amd64)\b", text), "an unpinned kernel"
+    var = KERNEL_VARIABLES[index]
+    assert re.search(rf"key: kernel-{var}", text), "the cache is not keyed on the pin"
+    assert re.search(rf'apt-get download "linux-image-{var}"', text)
+    assert re.search(rf"pytest-lbr vm --kernel {var} ", text)

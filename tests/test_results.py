@@ -10,15 +10,18 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.results import (
+    GUEST_FILE,
     SCHEMA,
     GoldenRecord,
+    GuestRecord,
     Results,
     ResultsError,
     SessionRecord,
     SplatRecord,
-    TestRecord,
+    TestResult,
     TraceRecord,
     append_record,
+    guest_record,
     read_results,
     summary_markdown,
 )
@@ -35,7 +38,7 @@ def _run(path: Path) -> None:
     append_record(path, SessionRecord("6.1.0-56-amd64", "x86_64", "graph", True, "", True))
     append_record(
         path,
-        TestRecord(
+        TestResult(
             "examples/connect/test_connect.py::test_connect_syscall",
             "failed",
             "golden trace mismatch: examples/connect/__lbr_golden__/...",
@@ -55,14 +58,14 @@ def _run(path: Path) -> None:
     )
     append_record(
         path,
-        TestRecord(
+        TestResult(
             "tests/test_x.py::test_needs_btf",
             "failed",
             "kernel test skipped in a pytest-lbr vm guest: no BTF",
             skip_became_failure=True,
         ),
     )
-    append_record(path, TestRecord("tests/test_x.py::test_ok", "passed"))
+    append_record(path, TestResult("tests/test_x.py::test_ok", "passed"))
     append_record(path, SPLAT)
 
 
@@ -124,7 +127,7 @@ def test_summary_shows_counts_mismatch_diff_splat_and_strict_skip(tmp_path: Path
 
 
 def test_a_clean_run_has_only_its_table_row() -> None:
-    res = Results(SessionRecord("6.12.117+deb12-amd64", "x86_64"), [TestRecord("t::a", "passed")])
+    res = Results(SessionRecord("6.12.117+deb12-amd64", "x86_64"), [TestResult("t::a", "passed")])
     text = summary_markdown({"6.12": res})
     assert "| 6.12 (`6.12.117+deb12-amd64`) | 1 | 0 | 0 | 0 | 0 |" in text
     assert "##" not in text.replace("# pytest-lbr results", "")
@@ -160,7 +163,7 @@ def test_the_summary_of_a_guest_run_with_a_mismatch_a_splat_and_a_strict_skip(
     whose skip strict mode fails), a kernel splat the runner found in the guest's log,
     and the summary `pytest-lbr vm` writes, appended to $GITHUB_STEP_SUMMARY."""
     from pytest_lbr.kernel.kmsg import find_splats
-    from pytest_lbr.vm_run import GuestResult, write_summary
+    from pytest_lbr.vm_run import GuestResult, read_guest_results, write_summary
     from tests.test_plugin import TRACE_HELPER
 
     pytester.makepyfile(tracehelper=TRACE_HELPER)
@@ -186,7 +189,8 @@ def test_the_summary_of_a_guest_run_with_a_mismatch_a_splat_and_a_strict_skip(
     step.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
 
-    path = write_summary(root, [GuestResult("6.12", 1, guest, splats=splats[:1])])
+    records = read_guest_results(guest)  # read once, as `pytest-lbr vm` does
+    path = write_summary(root, [GuestResult("6.12", 1, guest, records, splats=splats[:1])])
 
     text = path.read_text()
     assert path == root / "summary.md"
@@ -198,3 +202,56 @@ def test_the_summary_of_a_guest_run_with_a_mismatch_a_splat_and_a_strict_skip(
     assert "### Skips that became failures" in text
     assert "- `test_run.py::test_needs_what_this_kernel_lacks`: kernel test skipped" in text
     assert f"### Kernel splats\n\n- {splats[0].summary}" in text
+
+
+def test_allowed_splats_are_listed_apart_never_as_failures(tmp_path: Path) -> None:
+    """A splat a test marked `allow_splat` provoked on purpose: counted and listed as
+    allowed; the failing splats' count and list leave it out."""
+    path = tmp_path / "r.jsonl"
+    append_record(path, SessionRecord("6.12.117+deb12-amd64", "x86_64", "graph", True))
+    allowed = SplatRecord("k1", "WARNING: CPU: 0 PID: 9 at splat_write+0x1d", "t.py::a", True)
+    append_record(path, TestResult("t.py::a", "passed", splats=[allowed]))
+    res = read_results(path)
+    assert res.tests[0].splats == [allowed]
+    assert res.allowed_splats() == [allowed] and res.failing_splats() == []
+    text = summary_markdown({"6.12": res})
+    assert "| 6.12 (`6.12.117+deb12-amd64`) | 1 | 0 | 0 | 0 | 0 (+1 allowed) |" in text
+    assert "### Kernel splats" not in text and "FAILED" not in text
+    assert (
+        "### Allowed kernel splats (`allow_splat`: provoked on purpose, not failures)\n\n"
+        "- WARNING: CPU: 0 PID: 9 at splat_write+0x1d (in `t.py::a`)"
+    ) in text
+    # With a real failure beside it, each is listed in its own section.
+    append_record(path, SPLAT)
+    text = summary_markdown({"6.12": read_results(path)})
+    assert "| 1 (+1 allowed) |" in text
+    kernel, allowed_part = text.split("### Kernel splats\n\n", 1)[1].split("### Allowed", 1)
+    assert kernel.strip() == f"- {SPLAT.title}"
+    assert "splat_write" in allowed_part
+
+
+def test_fields_a_newer_writer_added_are_ignored(tmp_path: Path) -> None:
+    """Fields are only ever added within a version: a reader skips those it does not know."""
+    path = tmp_path / "r.jsonl"
+    record = {"schema": SCHEMA, "version": 1, "type": "test", "nodeid": "t::a"}
+    record |= {"outcome": "passed", "flaky_reruns": 2}
+    splat = {"schema": SCHEMA, "version": 1, "type": "splat", "key": "k", "title": "BUG: x"}
+    path.write_text(json.dumps(record) + "\n" + json.dumps(splat | {"cpu": 1}) + "\n")
+    res = read_results(path)
+    assert res.tests == [TestResult("t::a", "passed")]
+    assert res.splats == [SplatRecord("k", "BUG: x")]
+
+
+def test_a_guest_record_reads_back_and_explains_missing_results(tmp_path: Path) -> None:
+    guest = tmp_path / "6.12"
+    record = GuestRecord(
+        "6.12",
+        "/boot/vmlinuz-6.12.117+deb12-amd64",
+        "no_boot",
+        error="guest did not boot within 300s",
+    )
+    append_record(guest / GUEST_FILE, record)
+    assert guest_record(guest) == record
+    assert guest_record(tmp_path / "none") is None
+    text = summary_markdown({"6.12": Results(guest=record)})
+    assert "| 6.12 | - | - | - | - | no results: guest did not boot within 300s |" in text

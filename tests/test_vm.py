@@ -21,6 +21,7 @@ import pytest
 
 from pytest_lbr import vm, vm_plan, vm_run
 from pytest_lbr.guest import read_tally
+from pytest_lbr.results import guest_record
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,
     EXIT_SKIP,
@@ -167,6 +168,40 @@ def test_unknown_kernel_is_one_clear_line(tmp_path: Path) -> None:
     )
     bisect = _run("--kernel", "4.19", "--bisect", "--dry-run", cwd=tmp_path)
     assert bisect.returncode == EXIT_SKIP
+    assert not (tmp_path / "lbr-results").exists()  # a dry run writes nothing
+    # A run that cannot start its guest leaves it a record saying why, for machines.
+    bisect = _run("--kernel", "4.19", "--bisect", "--results", "r", cwd=tmp_path)
+    assert bisect.returncode == EXIT_SKIP
+    record = guest_record(tmp_path / "r" / "4.19")
+    assert record is not None and (record.end, record.status) == ("not_started", None)
+    assert record.error.startswith("no kernel 4.19 installed")
+
+
+def test_a_pinned_release_boots_exactly_that_kernel_or_says_how_to_install_it(
+    tmp_path: Path,
+) -> None:
+    """--kernel RELEASE (the name Debian's package carries) pins the image; a release
+    not installed is one line naming the package to install and the pins that would do."""
+    image = _kernel_or_skip("6.12")
+    release = image.name.removeprefix("vmlinuz-")
+    out = _run("--kernel", release, "--tcg", "--dry-run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"--run {image} " in out.stdout
+    assert f"{tmp_path / 'lbr-results' / release}" in out.stdout  # its label: the release
+    missing = _run("--kernel", "6.12.999+deb12-amd64", "--dry-run", cwd=tmp_path)
+    assert missing.returncode == EXIT_NO_GUEST
+    error = missing.stderr.strip()
+    assert "\n" not in error, error
+    assert error.startswith(
+        "[vm] error: pinned kernel 6.12.999+deb12-amd64 is not installed "
+        "(no /boot/vmlinuz-6.12.999+deb12-amd64): apt-get install linux-image-6.12.999+deb12-amd64"
+    ), error
+    assert "or pin one installed: " in error and release in error
+    # A file named like a release is still a file, given with a slash.
+    named = tmp_path / release
+    named.write_bytes(image.read_bytes())
+    out = _run("--kernel", f"./{release}", "--tcg", "--dry-run", cwd=tmp_path)
+    assert out.returncode == 0 and f"--run {named} " in out.stdout, out.stderr
 
 
 def test_missing_tools_name_what_to_install(
@@ -224,6 +259,10 @@ def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
     assert "vmlinuz-bogus: no result:" in out.stderr
     assert "\x1b" not in out.stderr  # the console tail is quoted without escape codes
     assert time.monotonic() - start < 120
+    record = guest_record(tmp_path / "r" / "vmlinuz-bogus")
+    assert record is not None, "pytest-lbr vm wrote no guest record"
+    assert (record.end, record.status, record.exit_status) == ("no_boot", None, EXIT_NO_GUEST)
+    assert record.kernel == str(bogus) and record.error and record.release == ""
     # Under --bisect a kernel that does not boot is "cannot test" (125), never "bad".
     out = _run(
         "--kernel",
@@ -277,8 +316,10 @@ def test_deselected_by_addopts():
 
 def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path: Path) -> None:
     """One guest: pytest's status and node ids as on the host, the environment the
-    guest gets (--env, PYTEST_ADDOPTS), and the summary line counting traced tests."""
-    _kernel_or_skip("6.1")
+    guest gets (--env, PYTEST_ADDOPTS), and the summary line counting traced tests. The
+    kernel is pinned to the 6.1 release installed (--kernel RELEASE), as CI pins it."""
+    image = _kernel_or_skip("6.1")
+    release = image.name.removeprefix("vmlinuz-")
     suite = tmp_path / "project"
     (suite / "tests").mkdir(parents=True)
     addopts = "--lbr --deselect tests/test_guest.py::test_deselected_by_addopts"
@@ -291,7 +332,7 @@ def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path
     }
     given = "GIVEN=a value with spaces, 'quotes' and = signs"
     out = subprocess.run(
-        [*VM, "--kernel", "6.1", "--tcg", "--env", given, "-e", "FROM_HOST", "-e", "UNSET_HERE"]
+        [*VM, "--kernel", release, "--tcg", "--env", given, "-e", "FROM_HOST", "-e", "UNSET_HERE"]
         + ["--", "tests", "-q", "-rA"],
         capture_output=True,
         text=True,
@@ -305,20 +346,24 @@ def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path
     assert "FAILED tests/test_guest.py::test_fails" in out.stdout
     assert "PASSED tests/test_guest.py::test_root_in_guest_with_the_environment_given" in out.stdout
     assert "[vm] --env UNSET_HERE: not set here, so not set in the guest" in out.stderr
-    assert "[vm] 6.1: environment from here: FROM_HOST, GIVEN, PYTEST_ADDOPTS" in out.stderr
-    results = suite / "lbr-results" / "6.1"
+    assert f"[vm] {release}: environment from here: FROM_HOST, GIVEN, PYTEST_ADDOPTS" in out.stderr
+    results = suite / "lbr-results" / release
     assert (results / "dmesg.txt").stat().st_size > 0
     assert (results / "junit.xml").exists()
     assert not (results / vm.GUEST_ENV_FILE).exists()  # the guest read and deleted it
     tally = read_tally(results)
     assert tally is not None
     assert (tally.passed, tally.failed, tally.skipped, tally.traced) == (2, 1, 0, 1)
+    record = guest_record(results)
+    assert record is not None and (record.end, record.status, record.error) == ("reported", 1, "")
+    assert (record.release, record.kernel) == (release, str(image))  # the pin booted
     # The run's summary, from the results records.
     summary = (suite / "lbr-results" / "summary.md").read_text()
-    assert "| 6.1 (`6.1." in summary and "### FAILED `tests/test_guest.py::test_fails`" in summary
+    assert f"| {release} | 2 | 1 |" in summary
+    assert "### FAILED `tests/test_guest.py::test_fails`" in summary
     assert (
-        "[vm] 6.1: 2 passed, 1 failed, 0 skipped; ran with tracing: 1, ran marked kernel: 0 "
-        "(exit 1;" in out.stderr
+        f"[vm] {release}: 2 passed, 1 failed, 0 skipped; ran with tracing: 1, ran marked "
+        "kernel: 0 (exit 1;" in out.stderr
     )
 
 

@@ -156,3 +156,45 @@ def test_under_xdist_only_the_worker_that_warned_reports_it(
     assert len(sections) == 1, out
     assert "FAILED test_xdist.py::test_warns_while_the_other_worker_is_busy" in out
     assert "outside any test" not in out
+
+
+ALLOWED_INNER = textwrap.dedent(
+    """
+    import pytest
+    from test_inner import warn
+
+    @pytest.mark.allow_splat
+    def test_warns_on_purpose():
+        warn()
+
+    def test_warns():
+        warn()
+    """
+)
+
+
+def test_an_allowed_splat_is_recorded_and_summarised_as_allowed(
+    pytester: pytest.Pytester, warning_module: None, tmp_path: Path
+) -> None:
+    """A real warning in an `allow_splat` test: its results record says allowed, and the
+    summary `pytest-lbr vm` writes lists it apart, never as a failure; the warning in
+    the unmarked test stays a failing splat."""
+    from pytest_lbr.results import read_results, summary_markdown
+
+    pytester.makepyfile(test_inner=INNER, test_allowed=ALLOWED_INNER)
+    pytester.syspathinsert()
+    path = tmp_path / "results.jsonl"
+    result = pytester.runpytest(*ARGS, "test_allowed.py", f"--lbr-results={path}")
+    result.assert_outcomes(passed=1, failed=1)
+    res = read_results(path)
+    outcomes = {t.nodeid: (t.outcome, [s.allowed for s in t.splats]) for t in res.tests}
+    assert outcomes == {
+        "test_allowed.py::test_warns_on_purpose": ("passed", [True]),
+        "test_allowed.py::test_warns": ("failed", [False]),
+    }
+    text = summary_markdown({"guest": res})
+    assert " | 1 (+1 allowed) |" in text
+    kernel, allowed = text.split("### Kernel splats\n\n", 1)[1].split("### Allowed kernel", 1)
+    assert "(in `test_allowed.py::test_warns`)" in kernel
+    assert "test_warns_on_purpose" not in kernel
+    assert "(in `test_allowed.py::test_warns_on_purpose`)" in allowed
