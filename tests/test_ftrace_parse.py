@@ -486,3 +486,37 @@ def test_arm64_softirq_on_the_irq_stack_is_not_the_threads_work() -> None:
     assert trace.called("tcp_rbtree_insert", by="tcp_connect"), str(trace)
     for softirq in ("____do_softirq", "__do_softirq", "do_softirq_own_stack", "handle_softirqs"):
         assert not trace.called(softirq), softirq
+
+
+def test_runs_of_a_narrowed_trace_are_cut_at_their_returns() -> None:
+    # A system-wide trace narrowed to the program's calls (capture/graph_narrow.py)
+    # records none of the BPF_PROG_TEST_RUN machinery between two runs: here the
+    # two runs of the 6.12 guest's records above, keeping only the program's own
+    # calls. The fexit records alone then say where one run ends.
+    records = _records("ftrace-6.12-xdp_fexit.txt")
+    ksyms = _prog_ksyms(records) - {
+        r.parent for r in records if isinstance(r, FunctionRecord) and "_lbr_" in (r.parent or "")
+    }
+    clock = [
+        r
+        for r in records
+        if isinstance(r, FunctionRecord)
+        and r.func == "bpf_ktime_get_ns"
+        and "_lbr_" in (r.parent or "")
+    ]
+    narrowed = [r for r in records if isinstance(r, FunctionRecord) and r.parent in ksyms]
+    target = parse_target("prog:name:xdp_helpers")
+    merged = build_hits([target], [lambda f, a: f in ksyms], {}, {}, narrowed)
+    assert len(merged) == 1  # nothing but the returns separates the runs
+    exits = {
+        0: [
+            RawHit(0, r.cpu, r.tid, r.tid, r.ts_ns, v, -2)
+            for r, v in zip(clock, (2, 1), strict=True)
+        ]
+    }
+    hits = build_hits([target], [lambda f, a: f in ksyms], {}, {}, narrowed, None, exits)
+    assert [h.retval for h in hits] == [2, 1], str(Trace(hits=hits))
+    assert "bpf_xdp_adjust_head" in hits[0].functions()
+    # The drop run made calls of its own and returned before bpf_xdp_adjust_head.
+    assert hits[1].branches and "bpf_xdp_adjust_head" not in hits[1].functions()
+    assert len(hits[0].branches) + len(hits[1].branches) == len(merged[0].branches)

@@ -108,6 +108,8 @@ CLOCK_READS = {
     "arch_sys_counter": "arch_counter_read",
 }
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+#: Narrowed recorders a session keeps (`GraphBackend`): one per traced program set.
+NARROWED_KEPT = 4
 
 #: Per-CPU ring buffer size: a BPF test run under TCG is ~5,000 records of ~40 bytes.
 BUFFER_KB = 16384
@@ -287,6 +289,8 @@ class GraphBackend:
 
     def __init__(self) -> None:
         self._recorder: GraphRecorder | None = None
+        #: Narrowed system-wide traces' recorders by function set, newest last.
+        self._narrowed: dict[tuple[str, ...], GraphRecorder] = {}
 
     @classmethod
     def probe(cls) -> Capability:
@@ -306,15 +310,28 @@ class GraphBackend:
         if self._recorder is None:
             self._recorder = GraphRecorder()
         capture = GraphCapture(list(targets), self._recorder, scope=scope)
+        capture.narrowed = self._narrowed_recorder
         if live:
             capture.live()
         return capture
 
+    def _narrowed_recorder(self, functions: tuple[str, ...]) -> GraphRecorder:
+        """The session's recorder of exactly `functions`, set up on first use and
+        kept, like the session's own: creating one patches its functions (seconds
+        under TCG), and a suite traces the same program test after test."""
+        recorder = self._narrowed.pop(functions, None) or GraphRecorder(functions)
+        self._narrowed[functions] = recorder
+        while len(self._narrowed) > NARROWED_KEPT:
+            self._narrowed.pop(next(iter(self._narrowed))).close()
+        return recorder
+
     def close(self) -> None:
-        """Turn the session's function tracer off (idempotent)."""
+        """Turn the session's function tracers off (idempotent)."""
         recorder, self._recorder = self._recorder, None
-        if recorder is not None:
-            recorder.close()
+        narrowed, self._narrowed = list(self._narrowed.values()), {}
+        for r in [recorder, *narrowed]:
+            if r is not None:
+                r.close()
 
 
 class GraphCapture:
@@ -349,6 +366,9 @@ class GraphCapture:
         self._exits: HookSet | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
         self._live: LiveState | None = None  # set by live(): read with poll() while armed
+        #: Where a narrowed system-wide trace gets its recorder (a session keeps
+        #: them: `GraphBackend`); None: one of its own, removed at `close()`.
+        self.narrowed: Callable[[tuple[str, ...]], GraphRecorder] | None = None
         self.text = ""
 
     def live(self) -> None:
@@ -610,7 +630,10 @@ class GraphCapture:
             return
         if self._own:
             self._recorder.close()
-        self._recorder, self._own = GraphRecorder(found.functions), True
+        if self.narrowed is not None:
+            self._recorder, self._own = self.narrowed(found.functions), False
+        else:
+            self._recorder, self._own = GraphRecorder(found.functions), True
         self._notes.append(found.note(", ".join(t.spec for t in self.targets)))
 
     def _configure(self, inst: Instance) -> None:

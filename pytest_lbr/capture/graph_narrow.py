@@ -29,6 +29,7 @@ anything deeper are not recorded either: the trace's note says so.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -161,8 +162,7 @@ def narrowing(targets: Sequence[Target]) -> Narrowing:
     if root is None:
         raise CaptureError(TRACEFS_NOT_MOUNTED)
     available = filter_functions_text(root)
-    traceable = {line.split(" ", 1)[0] for line in available.splitlines()}
-    symbols = KernelSymbols()
+    symbols = _kernel_symbols()
     arch = machine().name
     roots: set[int] = set()
     for t in targets:
@@ -180,7 +180,26 @@ def narrowing(targets: Sequence[Target]) -> Narrowing:
                 addr = symbols.address_of(name)
                 if addr is not None:
                     roots.add(addr)
-    kcore = KcoreReader()
-    return callee_closure(
-        roots, symbols, kcore.read, arch, traceable.__contains__, depth=NARROW_DEPTH
-    )
+    key = (frozenset(roots), NARROW_DEPTH)
+    found = _CLOSURES.get(key)
+    if found is None:
+        traceable = {line.split(" ", 1)[0] for line in available.splitlines()}
+        kcore = KcoreReader()
+        found = callee_closure(
+            roots, symbols, kcore.read, arch, traceable.__contains__, depth=NARROW_DEPTH
+        )
+        _CLOSURES[key] = found
+    return found
+
+
+#: Call graphs already read, by (roots, depth): the kernel's text does not change
+#: while it runs, and reading it costs seconds under TCG (tests trace the same
+#: program, loaded anew, test after test).
+_CLOSURES: dict[tuple[frozenset[int], int], Narrowing] = {}
+
+
+@functools.cache
+def _kernel_symbols() -> KernelSymbols:
+    """/proc/kallsyms read once per process: the core kernel's functions, which
+    is all a call graph under helpers needs (two seconds to parse under TCG)."""
+    return KernelSymbols()
