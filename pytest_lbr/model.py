@@ -51,8 +51,10 @@ FRAME_KINDS = (*CALL_KINDS, "unseen")
 _UNSEEN = "(unseen caller)"
 #: What the verifier made of a helper call the BPF C wrote: still a "call" of
 #: the helper's implementation; "rewritten" into a call of a map type's own
-#: function; "inlined" (no call left); "tail call".
-HELPER_FATES = ("call", "rewritten", "inlined", "tail call")
+#: function; "inlined" (no call left); "tail call"; "unknown" where this
+#: kernel's helper implementations could not be read, so a call left unmatched
+#: may have been rewritten as well as inlined.
+HELPER_FATES = ("call", "rewritten", "inlined", "tail call", "unknown")
 
 
 @dataclass(frozen=True)

@@ -244,3 +244,27 @@ def test_a_trace_without_branches_says_why_in_one_line() -> None:
         "trace.called('write_null', by='vfs_write') is False: this trace has no branches: " + why
     )
     assert "\n" not in explain_has_path(trace, "vfs_write", "write_null")
+
+
+def test_without_the_implementations_nothing_is_called_inlined_or_rewritten() -> None:
+    """Debian's arm64 6.1 lists no variables in kallsyms (no CONFIG_KALLSYMS_ALL):
+    with no proto read and no debug vmlinux, a call must not be given another
+    helper's name, nor be said inlined (a rewrite looks the same)."""
+    import json
+
+    from pytest_lbr.symbols.helpers import ProgramCode, describe_calls
+
+    d = json.loads((DATA / "helpers-6.1.json").read_text())
+    names = {int(a): n for a, n in d["symbols"].items()}
+    ids = {int(k): v for k, v in d["helper_ids"].items()}
+    p = next(p for p in d["programs"] if p["name"] == "xdp_count")
+    code = ProgramCode(
+        "xdp_count",
+        1,
+        tuple(p["functions"]),
+        bytes.fromhex(p["xlated"]),
+        bytes.fromhex(p["written"]),
+    )
+    prog = describe_calls(code, d["call_base"], names.get, ids, {})
+    assert {c.fate for c in prog.calls} == {"unknown"}, fates(prog)
+    assert not prog.inlined("bpf_map_lookup_elem")

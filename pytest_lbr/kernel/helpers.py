@@ -186,7 +186,9 @@ class KernelMemory:
 
 
 def helper_implementations(
-    names: Iterable[str], locate: Callable[[int], str | None]
+    names: Iterable[str],
+    locate: Callable[[int], str | None],
+    data_address: Callable[[str], int | None] | None = None,
 ) -> tuple[dict[str, str], str]:
     """(kernel function -> helper name, "" or why none could be read).
 
@@ -194,15 +196,24 @@ def helper_implementations(
     the proto's `func` (its first member, struct bpf_func_proto in
     include/linux/bpf.h) and name it with `locate` (address -> function name).
     A helper whose implementation has its own name (bpf_ktime_get_ns) maps to
-    itself.
+    itself. `data_address` (a proto's live address from elsewhere, e.g. the
+    debug vmlinux) is asked when kallsyms lists no data symbols.
     """
     wanted = {f"{n}_proto": n for n in names}
     try:
         protos = [(wanted[s], a) for s, a in _data_symbols("_proto") if s in wanted]
     except OSError as exc:
         return {}, f"cannot read /proc/kallsyms: {exc.strerror}"
+    if not protos and data_address is not None:
+        # kallsyms lists no variables without CONFIG_KALLSYMS_ALL (Debian's arm64
+        # 6.1): the debug vmlinux's symbol table has them.
+        found = ((helper, data_address(proto)) for proto, helper in wanted.items())
+        protos = [(helper, a) for helper, a in found if a]
     if not protos:
-        return {}, "kallsyms lists no bpf_*_proto data symbols (CONFIG_KALLSYMS_ALL off?)"
+        return {}, (
+            "kallsyms lists no bpf_*_proto data symbols (CONFIG_KALLSYMS_ALL off) "
+            "and no debug vmlinux gives them (--lbr-vmlinux)"
+        )
     try:
         mem = KernelMemory()
     except OSError as exc:

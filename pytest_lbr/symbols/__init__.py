@@ -130,9 +130,18 @@ class Symbolizer:
         """Helper calls of a newly read BPF program (kernel-wide facts read on first use)."""
         if self._helpers is None:
             self._helpers = HelperNames(
-                self._function_at, self.kallsyms.address_of("__bpf_call_base")
+                self._function_at,
+                self.kallsyms.address_of("__bpf_call_base"),
+                self._vmlinux_data_address,
             )
         return self._helpers.describe(fd, prog.prog_id, prog.name, [f.name for f in prog.funcs])
+
+    def _vmlinux_data_address(self, name: str) -> int | None:
+        """A symbol's live address from the debug vmlinux (None without one)."""
+        if self.lines is None:
+            return None
+        addr = self.lines.symbol_address(name)
+        return addr + self.kaslr_offset if addr else None
 
     def _function_at(self, addr: int) -> str | None:
         sym = self.kallsyms.lookup(addr)

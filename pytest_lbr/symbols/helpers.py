@@ -77,7 +77,9 @@ def _fate(written: str, ran: str, implements: Mapping[str, str]) -> str | None:
         return "tail call" if written == "bpf_tail_call" and ran == TAIL_CALL else None
     if ran == written or implements.get(ran) == written:
         return "call"
-    if written in MAP_HELPERS and ran not in implements:
+    # A map helper retargeted to a map's function: only where the implementations
+    # are known (without them a helper's own function would look like one).
+    if written in MAP_HELPERS and implements and ran not in implements:
         return "rewritten"
     return None
 
@@ -96,7 +98,8 @@ def align(
     call index -> the callback passed to it. The verifier removes calls
     (inlining) and retargets them (map rewrites) but keeps their order, so the
     longest in-order matching is the translation; a written call left
-    unmatched was inlined.
+    unmatched was inlined ("unknown" when `implements` is empty: the kernel's
+    implementations could not be read, and a rewrite looks the same).
     """
     n, m = len(written), len(ran)
     # best[i][j]: most matches of written[i:] with ran[j:]
@@ -117,7 +120,9 @@ def align(
         elif j < m and best[i][j] == best[i][j + 1]:
             j += 1  # a call the source did not write (never seen so far)
         else:
-            out.append(HelperCall(written[i], "inlined", None, callbacks.get(i)))
+            # Unmatched: inlined, unless nothing says which calls were rewritten.
+            fate = "inlined" if implements else "unknown"
+            out.append(HelperCall(written[i], fate, None, callbacks.get(i)))
             i += 1
     return tuple(out)
 
@@ -160,10 +165,16 @@ class HelperNames:
     """Kernel-wide helper facts, read once, and per-program call descriptions.
 
     `locate` names a kernel address (the symbolizer's kallsyms); `call_base`
-    is the address of `__bpf_call_base`.
+    is the address of `__bpf_call_base`; `data_address` gives a data symbol's
+    live address where kallsyms lists none (the debug vmlinux).
     """
 
-    def __init__(self, locate: Callable[[int], str | None], call_base: int | None) -> None:
+    def __init__(
+        self,
+        locate: Callable[[int], str | None],
+        call_base: int | None,
+        data_address: Callable[[str], int | None] | None = None,
+    ) -> None:
         self._locate = locate
         self._call_base = call_base
         self.ids = helper_ids()
@@ -171,7 +182,9 @@ class HelperNames:
         #: kernel function -> helper it implements (its bpf_*_proto's func).
         self.protos: dict[str, str] = {}
         if os.geteuid() == 0:
-            self.protos, self.status = helper_implementations(self.ids.values(), locate)
+            self.protos, self.status = helper_implementations(
+                self.ids.values(), locate, data_address
+            )
         else:
             self.status = "not root: helper implementations unknown"
         #: kernel function -> helper name: the protos, then the map rewrites seen.
