@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 #: Run order: the graph backend last. Removing its tracefs instance has panicked the
 #: 6.12 TCG guest (int3 Oops in __schedule during instance_rmdir -> clear_ftrace_pids
 #: -> static call update), which would lose every benchmark after it.
-GUEST_BENCHMARKS = ("throughput", "attach", "pertest", "system_scope", "graph_overhead")
+GUEST_BENCHMARKS = ("throughput", "attach", "pertest", "graph_overhead")
 CONFIG_FILE = "bench-config.json"
 
 
