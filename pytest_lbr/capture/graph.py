@@ -89,6 +89,7 @@ from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.program_exits import ProgramExits
 
 __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
 
@@ -305,10 +306,16 @@ class GraphBackend:
         return capture
 
     def close(self) -> None:
-        """Turn the session's function tracer off (idempotent)."""
+        """Release the session's kept fexit hooks and turn its function tracer off
+        (idempotent)."""
+        from pytest_lbr.capture.program_exits import release_session_exits
+
         recorder, self._recorder = self._recorder, None
         if recorder is not None:
-            recorder.close()
+            try:
+                release_session_exits(recorder)
+            finally:
+                recorder.close()
 
 
 class GraphCapture:
@@ -340,7 +347,7 @@ class GraphCapture:
         self._tids: set[int] = set()
         self._notes: list[str] = []
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
-        self._exits: HookSet | None = None  # fexit on program targets, for retval
+        self._exits: HookSet | ProgramExits | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
         self._live: LiveState | None = None  # set by live(): read with poll() while armed
         self.text = ""
@@ -630,12 +637,18 @@ class GraphCapture:
         if not programs:
             return
         from pytest_lbr.capture.hooks import HookSet
+        from pytest_lbr.capture.program_exits import session_exits
 
         # Every process's runs where the scope is not this process; stop() keeps the scope's.
         tgid = os.getpid() if self.scope == Scope() else 0
-        hooks = HookSet([self.targets[i] for i in programs], snapshot=False, tgid=tgid)
+        targets = [self.targets[i] for i in programs]
+        hooks: HookSet | ProgramExits
         try:
-            hooks.attach()
+            if self._own:  # no session: this trace's own hooks
+                hooks = HookSet(targets, snapshot=False, tgid=tgid)
+                hooks.attach()
+            else:  # kept by the session, armed for this trace (close() disarms them)
+                hooks = session_exits(self._recorder).take(targets, tgid)
         except (CaptureError, OSError) as exc:
             # The hook set's message is written for the lbr backend ("... use
             # --lbr-backend=graph"): keep only what the kernel refused.
