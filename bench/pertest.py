@@ -16,8 +16,9 @@ that one program (arm, run, disarm, collect, symbolize):
   other tests pay once a test has traced;
 * graph, program loaded once -- the graph variant on a program loaded once for
   the run (a session- or module-scoped fixture), against "untraced, program
-  loaded once": the session keeps the program's fexit hook between traces
-  (`pytest_lbr.capture.program_exits`), so later traces only switch it on;
+  loaded once"; "hook kept": with the session keeping the program's fexit hook
+  between traces (`program_exits.KEPT_PROGRAMS`, off by default), so later
+  traces only switch it on;
 * lbr   -- the LBR capture as `Tracer.trace` drives it (fexit on the program,
   ring buffer, symbolization of the records) on software perf events, since
   the guest has no PMU: `bpf_get_branch_snapshot()` returns -ENOENT, so the
@@ -124,6 +125,17 @@ def variants() -> dict[str, Callable[[], None]]:
         with Tracer(backend="graph") as tracer, tracer.trace(prog) as trace:
             yield trace
 
+    @contextmanager
+    def kept_hook(prog: Any) -> Iterator[Any]:
+        from pytest_lbr.capture import program_exits
+
+        old, program_exits.KEPT_PROGRAMS = program_exits.KEPT_PROGRAMS, 4
+        try:
+            with graph.trace(prog) as trace:
+                yield trace
+        finally:
+            program_exits.KEPT_PROGRAMS = old
+
     return {
         "untraced": _test(None),
         "lbr (software events)": _test(lbr_trace),
@@ -132,6 +144,7 @@ def variants() -> dict[str, Callable[[], None]]:
         "untraced, graph on": _test(None),
         "untraced, program loaded once": _test_loaded_once(kept, None),
         "graph, program loaded once": _test_loaded_once(kept, lambda p: graph.trace(p)),
+        "graph, program loaded once, hook kept": _test_loaded_once(kept, kept_hook),
     }
 
 
@@ -167,7 +180,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     phases = (
         ["untraced", "untraced, program loaded once", "lbr (software events)"],
         ["graph, set up per test"],
-        ["graph", "untraced, graph on", "graph, program loaded once"],
+        [
+            "graph",
+            "untraced, graph on",
+            "graph, program loaded once",
+            "graph, program loaded once, hook kept",
+        ],
     )
     for phase in phases:
         for name in phase:

@@ -8,9 +8,13 @@ fixed at load, so a session keeps each program's hook: attached at the
 program's first trace, switched on for each trace and off after it
 (`HookSet.set_armed`, the tracer's ``lbr_armed``), closed with the session.
 
-A kept hook keeps its program loaded (the fexit link holds it), so a session
-keeps only the last `KEPT_PROGRAMS` programs' hooks: a suite that loads a new
-program for every test gains nothing here, and piles nothing up either.
+A kept hook keeps its program loaded (the fexit link holds it) after the test
+that loaded it has closed it, which a test may check (examples/veth_xdp's
+`nothing_left` asserts no BPF link is left after its teardown). So keeping is
+off by default (`KEPT_PROGRAMS = 0`: each trace's hooks are closed when it
+ends, as before); with `KEPT_PROGRAMS = n` a session keeps the last n programs'
+hooks. Which programs may be kept (those loaded for the whole session or
+module) is for the plugin to decide.
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ __all__ = [
     "session_exits",
 ]
 
-#: Programs whose fexit hooks one session keeps (least recently traced goes first).
-KEPT_PROGRAMS = 4
+#: Programs whose fexit hooks one session keeps (least recently traced goes
+#: first); 0: none, every trace closes its own (see the module docstring).
+KEPT_PROGRAMS = 0
 
 #: (program id, tgid the hook filters for: 0 for every process)
 _Key = tuple[int, int]

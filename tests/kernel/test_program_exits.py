@@ -1,5 +1,6 @@
-"""A session keeps the graph backend's fexit hook on a traced program: attached at
-the program's first trace, switched off between traces, released with the session."""
+"""A session may keep the graph backend's fexit hook on a traced program
+(KEPT_PROGRAMS > 0): attached at the program's first trace, switched off between
+traces, released with the session. By default (0) each trace closes its own."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ PASS = bytes(range(1, 65))
 DROP = bytes([XDP_HELPERS_DROP_BYTE]) + bytes(63)
 
 
-def test_one_hook_per_program_for_the_session_and_only_each_traces_runs() -> None:
+def test_one_hook_per_program_for_the_session_and_only_each_traces_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(program_exits, "KEPT_PROGRAMS", 4)
     links_before = bpf_ids("link")
     with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
         prog = obj.programs["xdp_helpers"]
@@ -56,7 +60,12 @@ def test_a_session_keeps_a_bounded_number_of_programs(monkeypatch: pytest.Monkey
     assert bpf_ids("link") == links_before
 
 
-def test_two_programs_in_one_trace_get_their_own_return_values() -> None:
+@pytest.mark.parametrize("kept", [0, 4])
+def test_two_programs_in_one_trace_get_their_own_return_values(
+    monkeypatch: pytest.MonkeyPatch, kept: int
+) -> None:
+    monkeypatch.setattr(program_exits, "KEPT_PROGRAMS", kept)
+    links_before = bpf_ids("link")
     with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
         helpers, passing = obj.programs["xdp_helpers"], obj.programs["xdp_pass_with_a_long_name"]
         with Tracer(backend="graph") as tracer:
@@ -69,3 +78,5 @@ def test_two_programs_in_one_trace_get_their_own_return_values() -> None:
                     "prog:name:xdp_helpers": XDP_DROP,
                     "prog:name:xdp_pass_with_a_long_name": XDP_PASS,
                 }, str(trace)
+                if not kept:  # the default: nothing is left after a trace
+                    assert bpf_ids("link") == links_before
