@@ -14,6 +14,11 @@ that one program (arm, run, disarm, collect, symbolize):
 * untraced, graph on -- the untraced test while the session's function
   tracer stays on between traces (recording nothing): what the suite's
   other tests pay once a test has traced;
+* graph, program loaded once -- the graph variant on a program loaded once for
+  the run (a session- or module-scoped fixture), against "untraced, program
+  loaded once"; "hook kept": with the session keeping the program's fexit hook
+  between traces (`program_exits.KEPT_PROGRAMS`, off by default), so later
+  traces only switch it on;
 * lbr   -- the LBR capture as `Tracer.trace` drives it (fexit on the program,
   ring buffer, symbolization of the records) on software perf events, since
   the guest has no PMU: `bpf_get_branch_snapshot()` returns -ENOENT, so the
@@ -88,16 +93,48 @@ def _test(trace_cm: Callable[[Any], Any] | None) -> Callable[[], None]:
     return body
 
 
+def _test_loaded_once(prog: Any, trace_cm: Callable[[Any], Any] | None) -> Callable[[], None]:
+    """A test that runs a program the session loaded once (a module- or session-scoped
+    fixture), traced or not."""
+
+    def body() -> None:
+        if trace_cm is None:
+            res, hits = prog.run(data=PACKET), 1
+        else:
+            with trace_cm(prog) as trace:
+                res = prog.run(data=PACKET)
+            hits = len(trace.hits)
+        if res.retval != XDP_PASS or hits != 1:
+            raise RuntimeError(f"bad test run: retval {res.retval}, {hits} hits (want 1)")
+
+    return body
+
+
 def variants() -> dict[str, Callable[[], None]]:
     """name -> one whole test."""
+    from pytest_lbr.bpf import BpfLoader
     from pytest_lbr.tracer import Tracer
 
     graph = Tracer(backend="graph")
+    # Loaded for the whole run, as a session-scoped fixture would (never closed:
+    # the process ends with the benchmark).
+    kept = BpfLoader().load(XDP_OBJECT).programs["xdp_helpers"]
 
     @contextmanager
     def graph_per_test(prog: Any) -> Iterator[Any]:
         with Tracer(backend="graph") as tracer, tracer.trace(prog) as trace:
             yield trace
+
+    @contextmanager
+    def kept_hook(prog: Any) -> Iterator[Any]:
+        from pytest_lbr.capture import program_exits
+
+        old, program_exits.KEPT_PROGRAMS = program_exits.KEPT_PROGRAMS, 4
+        try:
+            with graph.trace(prog) as trace:
+                yield trace
+        finally:
+            program_exits.KEPT_PROGRAMS = old
 
     return {
         "untraced": _test(None),
@@ -105,6 +142,9 @@ def variants() -> dict[str, Callable[[], None]]:
         "graph, set up per test": _test(graph_per_test),
         "graph": _test(lambda p: graph.trace(p)),
         "untraced, graph on": _test(None),
+        "untraced, program loaded once": _test_loaded_once(kept, None),
+        "graph, program loaded once": _test_loaded_once(kept, lambda p: graph.trace(p)),
+        "graph, program loaded once, hook kept": _test_loaded_once(kept, kept_hook),
     }
 
 
@@ -138,9 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The graph phases go last: see GUEST_BENCHMARKS in guest_bench.py.
     phases = (
-        ["untraced", "lbr (software events)"],
+        ["untraced", "untraced, program loaded once", "lbr (software events)"],
         ["graph, set up per test"],
-        ["graph", "untraced, graph on"],
+        [
+            "graph",
+            "untraced, graph on",
+            "graph, program loaded once",
+            "graph, program loaded once, hook kept",
+        ],
     )
     for phase in phases:
         for name in phase:

@@ -38,6 +38,14 @@ const volatile struct lbr_config lbr_cfg = {};
 /* Records that could not be delivered (ring buffer full); its own map so user space reads it alone. */
 __u64 lbr_lost SEC(".data.lost") = 0;
 
+/*
+ * 0: the hooks stay attached but record nothing.  The graph backend keeps a
+ * program's fexit hook for the session and switches it off between traces
+ * (loading and attaching it again would cost more than the trace).  Its own
+ * map, so user space writes it alone.
+ */
+__u32 lbr_armed SEC(".data.armed") = 1;
+
 /* Raw snapshots, one slot per CPU: written before anything else can branch. */
 static struct lbr_entry lbr_snap[LBR_MAX_CPUS][LBR_MAX_ENTRIES];
 static long lbr_snap_ret[LBR_MAX_CPUS];
@@ -194,6 +202,8 @@ static __always_inline int emit(__u32 cpu, __u32 hook, __u64 cookie, __u64 func_
 	struct lbr_hit *hit;
 	long ret;
 
+	if (!lbr_armed)
+		return 0;
 	/* Interrupt work is not the interrupted task's: only scopes that keep it. */
 	if (irq && !lbr_cfg.keep_irq)
 		return 0;

@@ -90,6 +90,7 @@ from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.program_exits import ProgramExits
 
 __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
 
@@ -326,12 +327,18 @@ class GraphBackend:
         return recorder
 
     def close(self) -> None:
-        """Turn the session's function tracers off (idempotent)."""
+        """Release the session's kept fexit hooks and turn its function tracers off
+        (idempotent)."""
+        from pytest_lbr.capture.program_exits import release_session_exits
+
         recorder, self._recorder = self._recorder, None
         narrowed, self._narrowed = list(self._narrowed.values()), {}
         for r in [recorder, *narrowed]:
             if r is not None:
-                r.close()
+                try:
+                    release_session_exits(r)  # a narrowed trace's hooks are kept by its recorder
+                finally:
+                    r.close()
 
 
 class GraphCapture:
@@ -363,7 +370,7 @@ class GraphCapture:
         self._tids: set[int] = set()
         self._notes: list[str] = []
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
-        self._exits: HookSet | None = None  # fexit on program targets, for retval
+        self._exits: HookSet | ProgramExits | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
         self._live: LiveState | None = None  # set by live(): read with poll() while armed
         #: Where a narrowed system-wide trace gets its recorder (a session keeps
@@ -681,12 +688,18 @@ class GraphCapture:
         if not programs:
             return
         from pytest_lbr.capture.hooks import HookSet
+        from pytest_lbr.capture.program_exits import session_exits
 
         # Every process's runs where the scope is not this process; stop() keeps the scope's.
         tgid = os.getpid() if self.scope == Scope() else 0
-        hooks = HookSet([self.targets[i] for i in programs], snapshot=False, tgid=tgid)
+        targets = [self.targets[i] for i in programs]
+        hooks: HookSet | ProgramExits
         try:
-            hooks.attach()
+            if self._own:  # no session: this trace's own hooks
+                hooks = HookSet(targets, snapshot=False, tgid=tgid)
+                hooks.attach()
+            else:  # kept by the session, armed for this trace (close() disarms them)
+                hooks = session_exits(self._recorder).take(targets, tgid)
         except (CaptureError, OSError) as exc:
             # The hook set's message is written for the lbr backend ("... use
             # --lbr-backend=graph"): keep only what the kernel refused.

@@ -6,14 +6,23 @@ Each function record reads ``callee+0x4/0x30 <addr> <-parent+0x5d/0xb0 <addr>``
 address, also inside a JITed BPF program. Any other line is an event. On arm64 a
 function with a kretprobe on it has no parent in its record; its kretprobe event
 gives it one.
+
+Parsing bounds how much a live ``--all`` trace can read, so it is done in bulk:
+one compiled pass over the whole text splits each line into its header fields
+and body, a function record's body is parsed once per distinct text (a call
+site: the same ones come back trace after trace) and records are tuples. Lines
+that pass is not sure of (events, kretprobe'd or unnamed parents, anything odd)
+take the general path, line by line, which gives the same records.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 __all__ = ["EventRecord", "FunctionRecord", "parse_trace"]
+
+# -- the general path: one line at a time ------------------------------------------
 
 # Numbers are ASCII and bounded: int() refuses other digits, and more than 4300 of them.
 _LINE_RE = re.compile(
@@ -41,9 +50,37 @@ _RETURN_RE = re.compile(
     r"\s+<-\s+(?P<fn>\S+)\s"
 )
 
+# -- the fast path: the whole text in one pass ---------------------------------------
+#
+# It reads each line it takes exactly as the general path would: on text whose
+# only whitespace is " " and "\n" (what ftrace prints), its patterns are the
+# general path's with \s as " ", and str.splitlines() splits at "\n" alone.
+# A line holding any other whitespace or line break takes the general path.
+_ODD_CHARS = "\t\r\x0b\x0c\x1c\x1d\x1e\x1f"  # ASCII \s and line breaks but " " and "\n"
+_ODD_RE = re.compile(r"[\t\r\x0b\x0c\x1c-\x1f]|[^\x00-\x7f]")
+# _LINE_RE's header, atomic: the general path's body (.*$) takes any rest of the
+# line, so its header is the first this pattern finds, and so is ours. Lines
+# it does not find (comments, garbage) the general path skips too.
+_TEXT_RE = re.compile(
+    r"^(?!#)(?> *(.*?)-([0-9]{1,20}) +(?:\( *([-\d]{1,20})\) +)?\[([0-9]{1,20})\] +"
+    r"(\S{4,5}) +([0-9]{1,20})\.([0-9]{1,20}): )(.*)",
+    re.MULTILINE,
+)
+# _FUNC_RE, quicker, for the usual body: names without "+" (its lazy names stop
+# at the first "+0x" that lets the rest match, and such a name ends there) and
+# blanks that are " ". What it matches, _FUNC_RE reads the same.
+_FAST_FUNC_RE = re.compile(
+    r"([^\s+]+)\+0x([0-9a-f]+)/0x[0-9a-f]+ +<([0-9a-f]+)> +<-([^\s+]+)\+0x([0-9a-f]+)/0x[0-9a-f]+ +<([0-9a-f]+)>"
+)
+#: The trace clock's fraction of a second, n digits -> its factor to ns (_ts_ns).
+_SCALE = tuple(10 ** (9 - min(n, 9)) for n in range(21))
+#: Distinct function-record bodies kept parsed (a body is a call site: the same
+#: ones come back trace after trace, poll after poll); emptied when full. About
+#: 0.5 KB each: this bounds what the cache holds at ~2 MB.
+BODY_CACHE_SIZE = 1 << 12
 
-@dataclass(frozen=True)
-class FunctionRecord:
+
+class FunctionRecord(NamedTuple):
     """`callee <- parent` as the function tracer recorded it."""
 
     tid: int
@@ -61,8 +98,7 @@ class FunctionRecord:
     comm: str = ""
 
 
-@dataclass(frozen=True)
-class EventRecord:
+class EventRecord(NamedTuple):
     """Any other trace line: a tracepoint or probe event."""
 
     tid: int
@@ -74,61 +110,192 @@ class EventRecord:
     comm: str = ""
 
 
+#: What a line's body says when that depends on the body alone (`_read_body`): a
+#: function record's (func, func_addr, parent, parent_off, parent_addr), or an
+#: event's (name, body).
+_Body = tuple[str, int, str | None, int, int] | tuple[str, str]
+_Records = list[FunctionRecord | EventRecord]
+#: (tid, function) -> indexes in the records of its kretprobe'd records, newest last.
+_Unknown = dict[tuple[int, str], list[int]]
+
+
+class _Bodies(dict[str, "_Body | None"]):
+    """Line bodies read once (`_read_body`). Bounded: emptied when full."""
+
+    def __missing__(self, body: str) -> _Body | None:
+        if len(self) >= BODY_CACHE_SIZE:
+            self.clear()
+        self[body] = parsed = _read_body(body)
+        return parsed
+
+
+class _Ints(dict[str, int]):
+    """Decimal strings (thread and CPU numbers) converted once per text."""
+
+    def __missing__(self, digits: str) -> int:
+        self[digits] = value = int(digits)
+        return value
+
+
+class _Tgids(dict[str, int]):
+    """The TGID column's strings ("  291", "-----") read once per text."""
+
+    def __missing__(self, tgid: str) -> int:
+        self[tgid] = value = _tgid(tgid)
+        return value
+
+
+_bodies = _Bodies()
+
+
 def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
     """Parse the instance's `trace` text (function records and event lines), in order.
 
     Never raises: a line that is not a record (a comment, garbage, a line cut
     short) is skipped.
     """
-    out: list[FunctionRecord | EventRecord] = []
-    #: (tid, function) -> indexes in `out` of its kretprobe'd records, newest last.
-    unknown_parent: dict[tuple[int, str], list[int]] = {}
+    out: _Records = []
+    unknown: _Unknown = {}
+    if text.isascii() and not any(c in text for c in _ODD_CHARS):
+        _parse_plain(text, out, unknown)
+        return out
+    pos = 0
+    while (odd := _ODD_RE.search(text, pos)) is not None:
+        start = text.rfind("\n", pos, odd.start()) + 1
+        end = text.find("\n", odd.end())
+        end = len(text) if end < 0 else end
+        _parse_plain(text[pos:start], out, unknown)
+        _parse_lines(text[start:end], out, unknown)
+        pos = end
+    _parse_plain(text[pos:], out, unknown)
+    return out
+
+
+def _parse_plain(text: str, out: _Records, unknown: _Unknown) -> None:
+    """The fast path: add the records of `text`, whose only whitespace is " " and "\n"."""
+    bodies, ints, tgids, scale = _bodies, _Ints(), _Tgids(), _SCALE
+    new = tuple.__new__  # a record without NamedTuple.__new__'s Python call
+    for comm, tid, tgid, cpu, flags, sec, usec, body in _TEXT_RE.findall(text):
+        parsed = bodies[body]
+        if parsed is None:
+            ts = _ts_ns(sec, usec)
+            _add_special(ints[tid], ints[cpu], ts, flags, tgids[tgid], comm, body, out, unknown)
+        elif len(parsed) == 5:
+            out.append(
+                new(
+                    FunctionRecord,
+                    (
+                        ints[tid],
+                        ints[cpu],
+                        int(sec + usec[:9]) * scale[len(usec)],  # _ts_ns, inline
+                        flags[2] != ".",
+                        *parsed,
+                        tgids[tgid],
+                        comm,
+                    ),
+                )
+            )
+        else:
+            ts = int(sec + usec[:9]) * scale[len(usec)]
+            out.append(new(EventRecord, (ints[tid], ints[cpu], ts, *parsed, tgids[tgid], comm)))
+
+
+def _ts_ns(sec: str, usec: str) -> int:
+    """The trace clock in ns: seconds and the first 9 digits of the fraction."""
+    return int(sec) * 1_000_000_000 + int(usec.ljust(9, "0")[:9])
+
+
+def _tgid(tgid: str | None) -> int:
+    return int(tgid) if tgid and tgid.isdigit() else 0
+
+
+def _parse_lines(text: str, out: _Records, unknown: _Unknown) -> None:
+    """The general path: add the records of the lines of `text`, one at a time."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         m = _LINE_RE.match(line)
         if m is None:
             continue
-        tid, cpu = int(m["tid"]), int(m["cpu"])
-        tgid = int(m["tgid"]) if m["tgid"] and m["tgid"].isdigit() else 0
-        comm = m["comm"]
-        ts = int(m["sec"]) * 1_000_000_000 + int(m["usec"].ljust(9, "0")[:9])
-        body = m["body"]
-        f = _FUNC_RE.match(body) or _FUNC_NOSYM_RE.match(body)
-        if f is None and (f := _FUNC_KRETPROBED_RE.match(body)) is not None:
-            unknown_parent.setdefault((tid, f["fn"]), []).append(len(out))
-        if f is None:
-            name, _, rest = body.partition(":")
-            if " " in name or "(" in name:  # syscall events print "sys_getppid()"
-                name, rest = body.split("(", 1)[0], body
-            out.append(EventRecord(tid, cpu, ts, name.strip(), rest.strip(), tgid, comm))
-            ret = _RETURN_RE.match(rest.strip())
-            if ret is not None and unknown_parent.get((tid, ret["fn"])):
-                i = unknown_parent[(tid, ret["fn"])].pop()  # the innermost call returns first
-                called = out[i]
-                assert isinstance(called, FunctionRecord)
-                out[i] = replace(
-                    called,
-                    parent=ret["pa"],
-                    parent_off=int(ret["pa_off"], 16),
-                    parent_addr=int(ret["pa_addr"], 16),
-                )
-            continue
+        tid, cpu, ts = int(m["tid"]), int(m["cpu"]), _ts_ns(m["sec"], m["usec"])
+        tgid, flags, comm, body = _tgid(m["tgid"]), m["flags"], m["comm"], m["body"]
+        parsed = _read_body(body)
+        if parsed is None:
+            _add_special(tid, cpu, ts, flags, tgid, comm, body, out, unknown)
+        elif len(parsed) == 5:
+            out.append(FunctionRecord(tid, cpu, ts, flags[2] not in ".", *parsed, tgid, comm))
+        else:
+            out.append(EventRecord(tid, cpu, ts, *parsed, tgid, comm))
+
+
+def _read_body(body: str) -> _Body | None:
+    """What a line's body says, or None where that depends on the lines before
+    (a kretprobe'd function's record; a kretprobe event, which may name one's parent)."""
+    fast = _FAST_FUNC_RE.fullmatch(body)
+    if fast is None:
+        return _read_any_body(body)
+    fn, fn_off, fn_addr, pa, pa_off, pa_addr = fast.groups()
+    return (fn, int(fn_addr, 16) - int(fn_off, 16), pa, int(pa_off, 16), int(pa_addr, 16))
+
+
+def _read_any_body(body: str) -> _Body | None:
+    """`_read_body` without the quick way."""
+    f = _FUNC_RE.match(body) or _FUNC_NOSYM_RE.match(body)
+    if f is not None:
         groups = f.groupdict()
         parent = groups.get("pa")
+        return (
+            f["fn"],
+            int(f["fn_addr"], 16) - int(f["fn_off"], 16),
+            parent,
+            int(groups["pa_off"], 16) if parent else 0,
+            int(groups.get("pa_addr") or "0", 16),
+        )
+    if _FUNC_KRETPROBED_RE.match(body):
+        return None
+    name, rest = _event(body)
+    return None if _RETURN_RE.match(rest) else (name, rest)
+
+
+def _event(body: str) -> tuple[str, str]:
+    """An event line's (name, body)."""
+    name, _, rest = body.partition(":")
+    if " " in name or "(" in name:  # syscall events print "sys_getppid()"
+        name, rest = body.split("(", 1)[0], body
+    return name.strip(), rest.strip()
+
+
+def _add_special(
+    tid: int,
+    cpu: int,
+    ts: int,
+    flags: str,
+    tgid: int,
+    comm: str,
+    body: str,
+    out: _Records,
+    unknown: _Unknown,
+) -> None:
+    """Add a record `_read_body` cannot make alone: a kretprobe'd function's, whose
+    parent its kretprobe event gives later, or such an event."""
+    if (f := _FUNC_KRETPROBED_RE.match(body)) is not None:
+        unknown.setdefault((tid, f["fn"]), []).append(len(out))
+        func_addr = int(f["fn_addr"], 16) - int(f["fn_off"], 16)
         out.append(
             FunctionRecord(
-                tid=tid,
-                cpu=cpu,
-                ts_ns=ts,
-                in_irq=m["flags"][2] not in ".",
-                func=f["fn"],
-                func_addr=int(f["fn_addr"], 16) - int(f["fn_off"], 16),
-                parent=parent,
-                parent_off=int(groups["pa_off"], 16) if parent else 0,
-                parent_addr=int(groups.get("pa_addr") or "0", 16),
-                tgid=tgid,
-                comm=comm,
+                tid, cpu, ts, flags[2] not in ".", f["fn"], func_addr, None, 0, 0, tgid, comm
             )
         )
-    return out
+        return
+    name, rest = _event(body)
+    out.append(EventRecord(tid, cpu, ts, name, rest, tgid, comm))
+    ret = _RETURN_RE.match(rest)
+    if ret is not None and unknown.get((tid, ret["fn"])):
+        i = unknown[(tid, ret["fn"])].pop()  # the innermost call returns first
+        called = out[i]
+        assert isinstance(called, FunctionRecord)
+        out[i] = called._replace(
+            parent=ret["pa"],
+            parent_off=int(ret["pa_off"], 16),
+            parent_addr=int(ret["pa_addr"], 16),
+        )

@@ -3,8 +3,8 @@
 `HookSet(targets, snapshot=...)` loads the tracer once for the kprobe,
 kprobe.multi, tracepoint and uprobe kinds, and once more per fentry/fexit
 target (their attach target is fixed at load time). Every object shares one
-ring buffer, the per-CPU snapshot slots and the lost counter through reused map
-fds. Nothing is pinned; `close()` releases every link and object, also when
+ring buffer, the per-CPU snapshot slots, the lost counter and the armed switch
+through reused map fds. Nothing is pinned; `close()` releases every link and object, also when
 attaching fails half way.
 """
 
@@ -64,6 +64,7 @@ _SHARED_MAPS = (
     ("ringbuf", b"lbr_events"),
     ("bss", b".bss"),
     ("lost", b".data.lost"),
+    ("armed", b".data.armed"),
     ("tgids", b"lbr_tgids"),
     ("cgroup", b"lbr_cgroup"),
 )
@@ -207,6 +208,18 @@ class HookSet:
         key = c_uint32(0)
         check_int(lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)), "read lost")
         return val.value
+
+    def set_armed(self, armed: bool) -> None:
+        """Switch every hook of the set on or off, attached all the while (the
+        tracer's ``lbr_armed``; a set is armed from `attach`)."""
+        fd = self._shared.get("armed")
+        if fd is None:
+            raise CaptureError("the hooks are not attached")
+        key, val = c_uint32(0), c_uint32(int(armed))
+        check_int(
+            lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(val), 0),
+            "arm the tracer" if armed else "disarm the tracer",
+        )
 
     def _take(self) -> list[RawHit]:
         records, self._pending = self._pending, []

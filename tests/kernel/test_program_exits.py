@@ -1,0 +1,82 @@
+"""A session may keep the graph backend's fexit hook on a traced program
+(KEPT_PROGRAMS > 0): attached at the program's first trace, switched off between
+traces, released with the session. By default (0) each trace closes its own."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from pytest_lbr.bpf import BpfLoader
+from pytest_lbr.capture import program_exits
+from pytest_lbr.tracer import Tracer
+from tests.bpf.objects import XDP_DROP, XDP_HELPERS_DROP_BYTE, XDP_PASS, bpf_object
+from tests.kernel.kernel_state import bpf_ids
+
+pytestmark = pytest.mark.kernel
+
+PASS = bytes(range(1, 65))
+DROP = bytes([XDP_HELPERS_DROP_BYTE]) + bytes(63)
+
+
+def test_one_hook_per_program_for_the_session_and_only_each_traces_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(program_exits, "KEPT_PROGRAMS", 4)
+    links_before = bpf_ids("link")
+    with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
+        prog = obj.programs["xdp_helpers"]
+        tracer = Tracer(backend="graph")
+        try:
+            seen = []
+            for data, verdict in ((PASS, XDP_PASS), (DROP, XDP_DROP), (PASS, XDP_PASS)):
+                # Runs between traces: the kept hook is attached but switched off.
+                assert prog.run(data=DROP, repeat=3).retval == XDP_DROP
+                with tracer.trace(prog) as trace:
+                    assert prog.run(data=data).retval == verdict
+                assert [h.retval for h in trace.hits] == [verdict], str(trace)
+                assert trace.lost == 0
+                seen.append(bpf_ids("link") - links_before)
+            # The same one fexit link after every trace: attached once, kept.
+            assert len(seen[0]) == 1 and seen == [seen[0]] * 3, seen
+        finally:
+            tracer.close()
+        assert bpf_ids("link") == links_before, "closing the session releases the hook"
+
+
+def test_a_session_keeps_a_bounded_number_of_programs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(program_exits, "KEPT_PROGRAMS", 1)
+    links_before = bpf_ids("link")
+    with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
+        progs = [obj.programs["xdp_helpers"], obj.programs["xdp_pass_with_a_long_name"]]
+        with Tracer(backend="graph") as tracer:
+            for prog in progs * 2:
+                with tracer.trace(prog) as trace:
+                    assert prog.run(data=PASS).retval == XDP_PASS
+                assert [h.retval for h in trace.hits] == [XDP_PASS], str(trace)
+                assert len(bpf_ids("link") - links_before) == 1  # the last program's only
+    gc.collect()
+    assert bpf_ids("link") == links_before
+
+
+@pytest.mark.parametrize("kept", [0, 4])
+def test_two_programs_in_one_trace_get_their_own_return_values(
+    monkeypatch: pytest.MonkeyPatch, kept: int
+) -> None:
+    monkeypatch.setattr(program_exits, "KEPT_PROGRAMS", kept)
+    links_before = bpf_ids("link")
+    with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
+        helpers, passing = obj.programs["xdp_helpers"], obj.programs["xdp_pass_with_a_long_name"]
+        with Tracer(backend="graph") as tracer:
+            for _ in range(2):  # the second trace takes both hooks from the session
+                with tracer.trace(helpers, passing) as trace:
+                    assert helpers.run(data=DROP).retval == XDP_DROP
+                    assert passing.run(data=PASS).retval == XDP_PASS
+                by_target = {h.target: h.retval for h in trace.hits}
+                assert len(trace.hits) == 2 and by_target == {
+                    "prog:name:xdp_helpers": XDP_DROP,
+                    "prog:name:xdp_pass_with_a_long_name": XDP_PASS,
+                }, str(trace)
+                if not kept:  # the default: nothing is left after a trace
+                    assert bpf_ids("link") == links_before
