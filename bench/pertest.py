@@ -57,14 +57,21 @@ XDP_PASS = 2
 
 
 @contextmanager
-def lbr_trace(prog: Any) -> Iterator[Any]:
-    """`Tracer.trace(prog)` on the LBR backend, with software perf events (no PMU here)."""
+def lbr_trace(prog: Any, scope: str = "process") -> Iterator[Any]:
+    """`Tracer.trace(prog, scope=scope)` on the LBR backend, with software perf events
+    (no PMU here)."""
+    from pytest_lbr.capture import Scope
     from pytest_lbr.capture.lbr import LbrCapture
     from pytest_lbr.kernel.perf import software_branch_events
     from pytest_lbr.model import Trace
     from pytest_lbr.targets import parse_targets
 
-    capture = LbrCapture(parse_targets([prog]), check=False, open_events=software_branch_events)
+    capture = LbrCapture(
+        parse_targets([prog]),
+        check=False,
+        open_events=software_branch_events,
+        scope=Scope.of(scope),
+    )
     trace = Trace()
     try:
         capture.start()

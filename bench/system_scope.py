@@ -31,14 +31,15 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, add_common_args, ratio, save_json  # noqa: E402
+from pertest import lbr_trace  # noqa: E402
 
 __all__ = ["main", "parse_args"]
 
@@ -57,30 +58,6 @@ def _body(veth: Any, rx: socket.socket) -> None:
     got = [rx.recv(64) for _ in range(PACKETS)]
     if got != [b"packet %d" % i for i in range(PACKETS)]:
         raise RuntimeError(f"received {got}")
-
-
-@contextmanager
-def _lbr_system(prog: Any) -> Iterator[Any]:
-    """The LBR backend's system scope on software perf events (no PMU in the guest)."""
-    from pytest_lbr.capture import Scope
-    from pytest_lbr.capture.lbr import LbrCapture
-    from pytest_lbr.kernel.perf import software_branch_events
-    from pytest_lbr.model import Trace
-    from pytest_lbr.targets import parse_targets
-
-    capture = LbrCapture(
-        parse_targets([prog]),
-        check=False,
-        open_events=software_branch_events,
-        scope=Scope.of("system"),
-    )
-    trace = Trace()
-    try:
-        capture.start()
-        yield trace
-        trace.__dict__.update(capture.stop().__dict__)
-    finally:
-        capture.close()
 
 
 def _check(trace: Any, name: str, stats: dict[str, list[int]]) -> None:
@@ -118,7 +95,9 @@ def variants(
         return run
 
     out: dict[str, Callable[[], None]] = {"untraced": lambda: _body(veth, rx)}
-    out["lbr (software events)"] = traced("lbr (software events)", lambda: _lbr_system(prog))
+    out["lbr (software events)"] = traced(
+        "lbr (software events)", lambda: lbr_trace(prog, "system")
+    )
     for d in depths:
         name = f"graph, depth {d}"
         out[name] = traced(name, lambda: graph.trace(prog, scope="system"), d)

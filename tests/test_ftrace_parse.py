@@ -369,12 +369,9 @@ def test_kretprobe_handlers_before_the_entry_do_not_hide_the_call() -> None:
     assert (hits[0].branches[-1].kind, hits[0].branches[-1].src.symbol) == ("ret", fn)
 
 
-def test_the_return_value_hook_is_not_part_of_the_program_run() -> None:
-    # Two BPF_PROG_TEST_RUNs of xdp_helpers (pass, then drop) in the 6.12 guest with
-    # the graph backend's fexit hook on the program: its trampoline helpers
-    # (__bpf_tramp_enter, __bpf_prog_enter_recur: notrace, seen as parents only)
-    # and the tracer program's helper calls follow each run. The hook's record
-    # time is when it called bpf_ktime_get_ns, as the tracer's records say.
+def _two_runs_with_their_hook() -> tuple[list[FunctionRecord | EventRecord], set[str], list]:
+    """(records, the program's ksyms, the fexit hook's clock reads) of two runs of
+    xdp_helpers in the 6.12 guest, with the graph backend's fexit hook on it."""
     records = _records("ftrace-6.12-xdp_fexit.txt")
     ksyms = _prog_ksyms(records) - {
         r.parent for r in records if isinstance(r, FunctionRecord) and "_lbr_" in (r.parent or "")
@@ -386,6 +383,16 @@ def test_the_return_value_hook_is_not_part_of_the_program_run() -> None:
         and r.func == "bpf_ktime_get_ns"
         and "_lbr_" in (r.parent or "")
     ]
+    return records, ksyms, clock
+
+
+def test_the_return_value_hook_is_not_part_of_the_program_run() -> None:
+    # Two BPF_PROG_TEST_RUNs of xdp_helpers (pass, then drop) in the 6.12 guest with
+    # the graph backend's fexit hook on the program: its trampoline helpers
+    # (__bpf_tramp_enter, __bpf_prog_enter_recur: notrace, seen as parents only)
+    # and the tracer program's helper calls follow each run. The hook's record
+    # time is when it called bpf_ktime_get_ns, as the tracer's records say.
+    records, ksyms, clock = _two_runs_with_their_hook()
     assert len(clock) == 2
     exits = {
         0: [
@@ -493,17 +500,7 @@ def test_runs_of_a_narrowed_trace_are_cut_at_their_returns() -> None:
     # records none of the BPF_PROG_TEST_RUN machinery between two runs: here the
     # two runs of the 6.12 guest's records above, keeping only the program's own
     # calls. The fexit records alone then say where one run ends.
-    records = _records("ftrace-6.12-xdp_fexit.txt")
-    ksyms = _prog_ksyms(records) - {
-        r.parent for r in records if isinstance(r, FunctionRecord) and "_lbr_" in (r.parent or "")
-    }
-    clock = [
-        r
-        for r in records
-        if isinstance(r, FunctionRecord)
-        and r.func == "bpf_ktime_get_ns"
-        and "_lbr_" in (r.parent or "")
-    ]
+    records, ksyms, clock = _two_runs_with_their_hook()
     narrowed = [r for r in records if isinstance(r, FunctionRecord) and r.parent in ksyms]
     target = parse_target("prog:name:xdp_helpers")
     merged = build_hits([target], [lambda f, a: f in ksyms], {}, {}, narrowed)
