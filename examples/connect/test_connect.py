@@ -52,23 +52,15 @@ def settled_tcp(listener):
     TCP keeps metrics per destination from earlier connections: whether the connect
     finds an entry for 127.0.0.1 (`__tcp_get_metrics -> addr_same`) depends on what
     earlier tests left behind. Start with none and save none while the test runs
-    (needs iproute2's `ip`). Then an untraced connect does the first-use work a
+    (needs iproute2's `ip`). Then one untraced connect does the first-use work a
     fresh boot would otherwise do inside the trace (the route cache entry, the
-    ephemeral-port secret), once on each CPU: the output route is cached per CPU
-    (`nhc_pcpu_rth_output`), so a traced connect on a CPU the warm-up did not run
-    on allocated its route (`rt_dst_alloc`), as seen once in the arm64 6.12 guest."""
+    ephemeral-port secret)."""
     knob = Path("/proc/sys/net/ipv4/tcp_no_metrics_save")
     old = knob.read_text()
     knob.write_text("1\n")
     try:
         subprocess.run(["ip", "tcp_metrics", "flush", "all"], check=True, capture_output=True)
-        cpus = os.sched_getaffinity(0)
-        try:
-            for cpu in sorted(cpus):
-                os.sched_setaffinity(0, {cpu})
-                connect(listener)
-        finally:
-            os.sched_setaffinity(0, cpus)
+        connect(listener)
         yield
     finally:
         knob.write_text(old)
