@@ -86,16 +86,7 @@ def _test(trace_cm: Callable[[Any], Any] | None) -> Callable[[], None]:
 
     def body() -> None:
         with BpfLoader() as bpf:
-            prog = bpf.load(XDP_OBJECT).programs["xdp_helpers"]
-            if trace_cm is None:
-                res = prog.run(data=PACKET)
-                hits = 1
-            else:
-                with trace_cm(prog) as trace:
-                    res = prog.run(data=PACKET)
-                hits = len(trace.hits)
-            if res.retval != XDP_PASS or hits != 1:
-                raise RuntimeError(f"bad test run: retval {res.retval}, {hits} hits (want 1)")
+            _run_once(bpf.load(XDP_OBJECT).programs["xdp_helpers"], trace_cm)
 
     return body
 
@@ -105,16 +96,21 @@ def _test_loaded_once(prog: Any, trace_cm: Callable[[Any], Any] | None) -> Calla
     fixture), traced or not."""
 
     def body() -> None:
-        if trace_cm is None:
-            res, hits = prog.run(data=PACKET), 1
-        else:
-            with trace_cm(prog) as trace:
-                res = prog.run(data=PACKET)
-            hits = len(trace.hits)
-        if res.retval != XDP_PASS or hits != 1:
-            raise RuntimeError(f"bad test run: retval {res.retval}, {hits} hits (want 1)")
+        _run_once(prog, trace_cm)
 
     return body
+
+
+def _run_once(prog: Any, trace_cm: Callable[[Any], Any] | None) -> None:
+    """Run `prog` once on PACKET, inside `trace_cm(prog)` if given; one pass, one hit."""
+    if trace_cm is None:
+        res, hits = prog.run(data=PACKET), 1
+    else:
+        with trace_cm(prog) as trace:
+            res = prog.run(data=PACKET)
+        hits = len(trace.hits)
+    if res.retval != XDP_PASS or hits != 1:
+        raise RuntimeError(f"bad test run: retval {res.retval}, {hits} hits (want 1)")
 
 
 def variants() -> dict[str, Callable[[], None]]:
