@@ -15,7 +15,9 @@ import pytest
 def listener():
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+    # Never accepted: the backlog holds every connect of a test, the per-CPU warm-ups
+    # of settled_tcp included (a full accept queue drops the SYN: the connect times out).
+    srv.listen(len(os.sched_getaffinity(0)) + 4)
     with closing(srv):
         yield srv.getsockname()
 
@@ -52,15 +54,23 @@ def settled_tcp(listener):
     TCP keeps metrics per destination from earlier connections: whether the connect
     finds an entry for 127.0.0.1 (`__tcp_get_metrics -> addr_same`) depends on what
     earlier tests left behind. Start with none and save none while the test runs
-    (needs iproute2's `ip`). Then one untraced connect does the first-use work a
+    (needs iproute2's `ip`). Then an untraced connect does the first-use work a
     fresh boot would otherwise do inside the trace (the route cache entry, the
-    ephemeral-port secret)."""
+    ephemeral-port secret), once on each CPU: the output route is cached per CPU
+    (`nhc_pcpu_rth_output`), and the arm64 6.12 guest once traced a connect that
+    allocated its route (`rt_dst_alloc`) on a CPU the warm-up had not run on."""
     knob = Path("/proc/sys/net/ipv4/tcp_no_metrics_save")
     old = knob.read_text()
     knob.write_text("1\n")
     try:
         subprocess.run(["ip", "tcp_metrics", "flush", "all"], check=True, capture_output=True)
-        connect(listener)
+        cpus = os.sched_getaffinity(0)
+        try:
+            for cpu in sorted(cpus):
+                os.sched_setaffinity(0, {cpu})
+                connect(listener)
+        finally:
+            os.sched_setaffinity(0, cpus)
         yield
     finally:
         knob.write_text(old)
