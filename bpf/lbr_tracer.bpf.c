@@ -119,19 +119,17 @@ struct task_struct {
  * preempt_count next to current_task") (in v6.2) made it pcpu_hot.preempt_count,
  * and commit 46e8fff6d45f ("x86/preempt: Move preempt count to percpu hot
  * section") (in v6.15) made it __preempt_count again (6.1 has __preempt_count,
- * 6.12 pcpu_hot).  They are typeless weak ksyms, which libbpf resolves from
- * /proc/kallsyms: a missing one is 0 and in_interrupt reads as false.  Typed
- * ksyms with bpf_this_cpu_ptr() would be simpler, but the verifier refuses to
- * load any program holding one the kernel's kallsyms lacks (a kernel without
- * CONFIG_KALLSYMS_ALL lists no variables), so every hook would fail to load.
+ * 6.12 pcpu_hot).  Their addresses come from /proc/kallsyms through lbr_cfg,
+ * read by user space once per process: as typeless __ksym externs libbpf read
+ * the whole of /proc/kallsyms at every load (1.0-1.3 s of a 1.5-1.8 s hook load
+ * in the 6.12 TCG guest).  Typed ksyms with bpf_this_cpu_ptr() would be
+ * simpler, but the verifier refuses to load any program holding one the
+ * kernel's kallsyms lacks (a kernel without CONFIG_KALLSYMS_ALL lists no
+ * variables), so every hook would fail to load.
  */
 struct pcpu_hot___lbr {
 	int preempt_count;
 } __attribute__((preserve_access_index));
-
-extern const void __preempt_count __ksym __weak;
-extern const void pcpu_hot __ksym __weak;
-extern const void __per_cpu_offset __ksym __weak;
 #endif
 
 /* include/linux/preempt.h: the bits that say which context runs. */
@@ -146,16 +144,16 @@ static __always_inline __u32 preempt_count(__u32 cpu)
 	__u64 var, base = 0;
 	__u32 pc = 0;
 
-	if (!&__per_cpu_offset)
+	if (!lbr_cfg.sym_per_cpu_offset)
 		return 0;
-	if (&__preempt_count)
-		var = (__u64)&__preempt_count;
-	else if (&pcpu_hot && bpf_core_type_exists(struct pcpu_hot___lbr))
-		var = (__u64)&pcpu_hot + bpf_core_field_offset(struct pcpu_hot___lbr, preempt_count);
+	if (lbr_cfg.sym_preempt_count)
+		var = lbr_cfg.sym_preempt_count;
+	else if (lbr_cfg.sym_pcpu_hot && bpf_core_type_exists(struct pcpu_hot___lbr))
+		var = lbr_cfg.sym_pcpu_hot + bpf_core_field_offset(struct pcpu_hot___lbr, preempt_count);
 	else
 		return 0;
 	/* A per-CPU variable's symbol is its offset in every CPU's per-CPU area. */
-	bpf_probe_read_kernel(&base, sizeof(base), (const void *)((__u64)&__per_cpu_offset + cpu * 8));
+	bpf_probe_read_kernel(&base, sizeof(base), (const void *)(lbr_cfg.sym_per_cpu_offset + cpu * 8));
 	bpf_probe_read_kernel(&pc, sizeof(pc), (const void *)(base + var));
 	return pc;
 #elif defined(__TARGET_ARCH_arm64)

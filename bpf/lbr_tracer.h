@@ -73,6 +73,13 @@ struct lbr_config {
 	enum lbr_scope_kind scope;
 	__u32 keep_irq; /* 0: drop hits in interrupt context (not the scope's work) */
 	__u32 skip_tgid; /* never this process (a live reader's own); 0: none */
+	/*
+	 * x86: where this CPU's preempt_count is (lbr_tracer.bpf.c, preempt_count()),
+	 * from /proc/kallsyms, read by user space once per process; 0: not there.
+	 */
+	__u64 sym_preempt_count;  /* the per-CPU variable __preempt_count */
+	__u64 sym_pcpu_hot;       /* the per-CPU struct pcpu_hot */
+	__u64 sym_per_cpu_offset; /* the array __per_cpu_offset[NR_CPUS] */
 };
 
 struct lbr_hit {

@@ -32,6 +32,8 @@ from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
 from pytest_lbr.capture.tracer_object import tracer_layout, tracer_not_built, tracer_object
 from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
+from pytest_lbr.kernel.machine import machine
+from pytest_lbr.kernel.percpu import preempt_count_symbols
 from pytest_lbr.libbpf import (
     BpfError,
     KprobeMultiOpts,
@@ -332,6 +334,7 @@ class HookSet:
             scope=scope,
             keep_irq=keep_irq,
             skip_tgid=self.skip_tgid,
+            **_preempt_count_config(),
         )
         rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
         check_int(
@@ -567,6 +570,18 @@ class HookSet:
                 self._links.append(_link(link, f"attach kprobe to {name} ({target.spec})"))
         how = f"{self.fallback} x{len(names)} in {time.monotonic() - start:.1f}s"
         return _Attached(target, names, how)
+
+
+def _preempt_count_config() -> dict[str, int]:
+    """struct lbr_config's sym_* fields: x86's preempt_count (arm64 reads it from the task)."""
+    if machine().name != "x86_64":
+        return {}
+    syms = preempt_count_symbols()
+    return {
+        "sym_preempt_count": syms.get("__preempt_count", 0),
+        "sym_pcpu_hot": syms.get("pcpu_hot", 0),
+        "sym_per_cpu_offset": syms.get("__per_cpu_offset", 0),
+    }
 
 
 def _kernel_refusal(log: list[str]) -> str:

@@ -1,0 +1,45 @@
+"""Where x86 keeps each CPU's preempt_count, from /proc/kallsyms, read once per process.
+
+The LBR tracer tells interrupt context from task context by reading
+preempt_count (bpf/lbr_tracer.bpf.c, `preempt_count()`). On x86 that is a
+per-CPU variable whose name moved between kernels (`__preempt_count` in 6.1,
+`pcpu_hot.preempt_count` from v6.2), found through `__per_cpu_offset`. The
+tracer takes the three addresses in its config: as typeless `__ksym` externs,
+libbpf read all of /proc/kallsyms again at every hook load (about a second in
+the 6.12 TCG guest). Reading it here costs that once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+__all__ = ["PREEMPT_COUNT_SYMBOLS", "preempt_count_symbols"]
+
+#: The kallsyms names the tracer's config carries (struct lbr_config, sym_*).
+PREEMPT_COUNT_SYMBOLS = ("__preempt_count", "pcpu_hot", "__per_cpu_offset")
+
+_LINE = re.compile(
+    rb"^([0-9a-fA-F]+) [A-Za-z] (" + b"|".join(s.encode() for s in PREEMPT_COUNT_SYMBOLS) + rb")$",
+    re.MULTILINE,
+)
+
+
+@functools.cache
+def preempt_count_symbols(path: str = "/proc/kallsyms") -> dict[str, int]:
+    """Name -> address of those of `PREEMPT_COUNT_SYMBOLS` the kernel lists.
+
+    Missing names (a kernel without CONFIG_KALLSYMS_ALL lists no variables, or
+    kallsyms hides addresses without root) are left out: the tracer then reads
+    no preempt_count and counts every hit as task context. The first address
+    of a name wins, as libbpf's resolution did.
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for m in _LINE.finditer(text):
+        found.setdefault(m.group(2).decode(), int(m.group(1), 16))
+    return {name: addr for name, addr in found.items() if addr}
