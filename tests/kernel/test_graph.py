@@ -6,6 +6,7 @@ import fnmatch
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,19 @@ def _tracefs_state() -> dict[str, str]:
     return state
 
 
+@pytest.fixture(scope="module")
+def graph() -> Iterator[Tracer]:
+    """One graph tracer for the module's tests of what a trace holds, as a session
+    keeps it: turning the function tracer on and off costs ~5 s under TCG. The
+    tests of the tracer's own lifecycle below make their own."""
+    before = _tracefs_state()
+    with Tracer(backend="graph") as tracer:
+        with tracer.trace("tp:syscalls/sys_enter_getppid"):  # its instance, set up
+            os.getppid()
+        yield tracer
+    assert _tracefs_state() == before
+
+
 @pytest.fixture
 def xdp_helpers():
     with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
@@ -53,9 +67,9 @@ def test_probe_available() -> None:
     assert cap.available, cap.reason
 
 
-def test_bpf_program_helpers(xdp_helpers) -> None:
+def test_bpf_program_helpers(graph: Tracer, xdp_helpers) -> None:
     before = _tracefs_state()
-    with Tracer(backend="graph").trace(xdp_helpers) as trace:
+    with graph.trace(xdp_helpers) as trace:
         res = xdp_helpers.run(data=bytes(range(1, 65)))
     assert res.retval == 2  # XDP_PASS
     assert _tracefs_state() == before
@@ -86,8 +100,8 @@ def _assert_only_the_program(trace) -> None:
 
 
 @pytest.mark.parametrize(("runs", "repeat"), [(1, 1), (2, 1), (1, 3)])
-def test_one_hit_per_run(xdp_helpers, runs: int, repeat: int) -> None:
-    with Tracer(backend="graph").trace(xdp_helpers) as trace:
+def test_one_hit_per_run(graph: Tracer, xdp_helpers, runs: int, repeat: int) -> None:
+    with graph.trace(xdp_helpers) as trace:
         for i in range(runs):
             xdp_helpers.run(data=bytes(range(1 + i, 65 + i)), repeat=repeat)
     assert len(trace.hits) == runs * repeat, str(trace)
@@ -96,11 +110,11 @@ def test_one_hit_per_run(xdp_helpers, runs: int, repeat: int) -> None:
     _assert_only_the_program(trace)
 
 
-def test_program_runs_carry_their_return_values(xdp_helpers) -> None:
+def test_program_runs_carry_their_return_values(graph: Tracer, xdp_helpers) -> None:
     """A program target's runs get retval from a fexit hook (the function tracer
     never sees a JITed program return), as on the LBR backend."""
     drop = bytes([XDP_HELPERS_DROP_BYTE]) + bytes(63)
-    with Tracer(backend="graph").trace(xdp_helpers) as trace:
+    with graph.trace(xdp_helpers) as trace:
         verdicts = [xdp_helpers.run(data=d).retval for d in (bytes(range(1, 65)), drop)]
     assert verdicts == [XDP_PASS, XDP_DROP]
     assert [h.retval for h in trace.hits] == verdicts, str(trace)
@@ -114,20 +128,20 @@ def test_program_runs_carry_their_return_values(xdp_helpers) -> None:
         ), str(trace)
 
 
-def test_program_that_calls_nothing_is_one_hit_per_run() -> None:
+def test_program_that_calls_nothing_is_one_hit_per_run(graph: Tracer) -> None:
     with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
         prog = obj.programs["xdp_pass_with_a_long_name"]
-        with Tracer(backend="graph").trace(prog) as trace:
+        with graph.trace(prog) as trace:
             prog.run(data=bytes(64), repeat=2)
     assert [(h.retval, h.branches) for h in trace.hits] == [(XDP_PASS, [])] * 2, str(trace)
 
 
-def test_lru_update_shows_the_unseen_bucket_lock_caller() -> None:
+def test_lru_update_shows_the_unseen_bucket_lock_caller(graph: Tracer) -> None:
     """htab_lock_bucket is notrace: its frame is explicit and sits under the update,
     never under the spin_unlock that the function tracer saw last."""
     with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
         prog = obj.programs["xdp_lru"]
-        with Tracer(backend="graph").trace(prog) as trace:
+        with graph.trace(prog) as trace:
             prog.run(data=(7).to_bytes(4, "little") + bytes(60))
     assert len(trace.hits) == 1 and trace.hits[0].retval == XDP_PASS, str(trace)
     hit = trace.hits[0]
@@ -146,9 +160,9 @@ def test_lru_update_shows_the_unseen_bucket_lock_caller() -> None:
     assert trace.has_path("xdp_lru", "htab_lru_map_update_elem", "prealloc_lru_pop"), str(trace)
 
 
-def test_kfunc_vfs_write_path_and_retval() -> None:
+def test_kfunc_vfs_write_path_and_retval(graph: Tracer) -> None:
     before = _tracefs_state()
-    with Tracer(backend="graph").trace("kfunc:vfs_write") as trace:
+    with graph.trace("kfunc:vfs_write") as trace:
         fd = os.open("/dev/null", os.O_WRONLY)
         try:
             os.write(fd, b"abc")
@@ -163,8 +177,8 @@ def test_kfunc_vfs_write_path_and_retval() -> None:
     assert not trace.called("*rethook*") and not trace.called("kprobe_ftrace_handler"), str(trace)
 
 
-def test_tracepoint_hits() -> None:
-    with Tracer(backend="graph").trace("tp:syscalls/sys_enter_getppid") as trace:
+def test_tracepoint_hits(graph: Tracer) -> None:
+    with graph.trace("tp:syscalls/sys_enter_getppid") as trace:
         os.getppid()
         os.getppid()
     assert len(trace.hits) == 2, str(trace)
@@ -209,10 +223,10 @@ def test_function_tracer_armed_once_per_tracer() -> None:
     assert _tracefs_state() == before
 
 
-def test_unknown_function_is_an_error() -> None:
+def test_unknown_function_is_an_error(graph: Tracer) -> None:
     before = _tracefs_state()
     with pytest.raises(Exception, match="no traceable kernel function"):
-        with Tracer(backend="graph").trace("kfunc:no_such_function_xyz"):
+        with graph.trace("kfunc:no_such_function_xyz"):
             pass
     assert _tracefs_state() == before
 

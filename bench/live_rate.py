@@ -1,0 +1,192 @@
+"""Benchmark (guest): how fast a live `--all` graph trace can be fed without loss.
+
+What `pytest-lbr trace --all kfunc:vfs_write --backend graph` runs (`LiveTrace`,
+scope "system", polled every 0.1 s) while a background writer, another process,
+calls write(2) on /dev/null at a fixed rate for `--seconds`. The truth is the
+writer's own count of its writes; a rate is loss-free when every one of them
+came back as a hit of the writer's pid and the capture counted nothing lost.
+
+Two ways of recording, each at rising rates until one loses:
+
+* narrowed -- what a system-wide trace of kernel functions records since issue 27:
+  the targets' call graph only (`capture/graph_narrow.py`);
+* every function -- what it recorded before: every function of every task
+  (narrowing switched off), the mode the issue 30 limit (8-13k records/s
+  parsed under TCG) was stated for.
+
+Records per second are counted from the function tracer's records of the
+writer's hits (each hit's calls and returns, plus its own entry).
+
+    python bench/live_rate.py [--rates 250,1000,4000] [--seconds 5] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import add_common_args, machine_info, save_json  # noqa: E402
+
+__all__ = ["main", "parse_args", "run_rate"]
+
+TARGET = "kfunc:vfs_write"
+
+#: A writer at `rate` writes/s for `seconds`, paced in 10 ms slices. It reports its
+#: count and time through shared memory (`REPORT`), not with a write(2) of its own
+#: that the trace would count.
+WRITER = """
+import mmap, os, struct, sys, time
+rate, seconds, report = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+fd = os.open("/dev/null", os.O_WRONLY)
+with open(report, "r+b") as f:
+    shared = mmap.mmap(f.fileno(), REPORT.size)
+print("ready", flush=True)
+sys.stdin.readline()
+start = time.monotonic(); n = 0
+while True:
+    now = time.monotonic() - start
+    if now >= seconds:
+        break
+    due = int(rate * now)
+    while n < due:
+        os.write(fd, b"x")
+        n += 1
+    time.sleep(0.01)
+REPORT.pack_into(shared, 0, n, time.monotonic() - start)
+"""
+
+#: What the writer reports: writes made, seconds it wrote for.
+REPORT = struct.Struct("<Qd")
+
+
+@contextmanager
+def _every_function() -> Iterator[None]:
+    """Narrowing off: a system-wide trace records every function (before issue 27)."""
+    from pytest_lbr.capture import graph
+
+    def refuse(targets: Any) -> Any:
+        raise OSError("narrowing switched off by the benchmark")
+
+    orig = graph.narrowing
+    graph.narrowing = refuse
+    try:
+        yield
+    finally:
+        graph.narrowing = orig
+
+
+def run_rate(rate: float, seconds: float) -> dict[str, Any]:
+    """One live trace with the writer at `rate` writes/s: truth, hits, lost, records/s."""
+    from pytest_lbr.live import LiveTrace
+
+    with tempfile.NamedTemporaryFile() as report:
+        report.write(bytes(REPORT.size))
+        report.flush()
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import struct; REPORT = struct.Struct({REPORT.format!r})\n" + WRITER,
+                str(rate),
+                str(seconds),
+                report.name,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdin is not None and writer.stdout is not None
+        try:
+            assert writer.stdout.readline() == "ready\n"
+            hits: list[Any] = []
+            with LiveTrace([TARGET], backend="graph") as live:
+                writer.stdin.write("go\n")
+                writer.stdin.flush()
+                t0 = time.monotonic()
+                for batch in live.batches(lambda: writer.poll() is not None):
+                    hits.extend(h for h in batch if h.pid == writer.pid)
+                elapsed = time.monotonic() - t0
+                lost = live.lost
+                notes = live.notes
+        finally:
+            writer.kill()
+            writer.wait()
+        report.seek(0)
+        count, wrote_for = REPORT.unpack(report.read(REPORT.size))
+    truth = count
+    records = sum(len(h.raw_branches) + 1 for h in hits)
+    return {
+        "rate": rate,
+        "truth": truth,
+        "hits": len(hits),
+        "lost": lost,
+        "loss_free": len(hits) == truth and lost == 0,
+        "writes_per_s": truth / float(wrote_for),
+        "records": records,
+        "records_per_s": records / float(wrote_for),
+        "records_per_hit": records / len(hits) if hits else 0.0,
+        "writer_rate_met": truth >= 0.95 * rate * seconds,
+        "seconds": elapsed,
+        "notes": notes,
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Command line of this benchmark."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap, runs=1)
+    ap.add_argument("--rates", default="250,1000,2000,4000,8000", help="writes/s to try, rising")
+    ap.add_argument(
+        "--every-rates",
+        default="0,50,250",
+        help="writes/s to try with every function recorded (0: the idle guest alone)",
+    )
+    ap.add_argument("--seconds", type=float, default=5.0, help="how long the writer writes")
+    ap.add_argument("--modes", default="narrowed,every function", help="which recordings")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run each mode at rising rates until one loses; print and save the rows."""
+    import os
+
+    args = parse_args(argv)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for mode in args.modes.split(","):
+        rows[mode] = []
+        every = mode == "every function"
+        rates = args.every_rates if every else args.rates
+        with _every_function() if every else _nothing():
+            for rate in [float(r) for r in rates.split(",")]:
+                row = run_rate(rate, args.seconds)
+                rows[mode].append(row)
+                print(
+                    f"{os.uname().release} {mode} at {rate:.0f} writes/s: {row['hits']}/"
+                    f"{row['truth']} hits, lost {row['lost']}, "
+                    f"{row['records_per_s']:.0f} records/s "
+                    f"({row['records_per_hit']:.1f} per hit)",
+                    flush=True,
+                )
+                if not row["loss_free"]:
+                    break
+    save_json(args.out, {"benchmark": "live_rate", "machine": machine_info(), "modes": rows})
+    return 0
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+if __name__ == "__main__":
+    sys.exit(main())
