@@ -226,7 +226,7 @@ class GraphRecorder:
                 self._skipped.update(inst.skip_functions(_clock_reads()))
                 if self.functions:
                     # Before the tracer starts: only these call sites are patched.
-                    inst.write("set_ftrace_filter", " ".join(self.functions))
+                    inst.set_function_filter(self.functions, filter_functions_text(root))
                 inst.write("current_tracer", "function")
             except TracefsError as exc:
                 inst.close()

@@ -56,8 +56,8 @@ __all__ = [
 
 #: Calls below a root that a narrowed trace still records (roots are depth 0).
 NARROW_DEPTH = 2
-#: At most this many functions: ftrace matches each name of set_ftrace_filter
-#: against every traceable function (~50,000), seconds per thousand under TCG.
+#: At most this many functions: each one patched is a call site the trace slows
+#: down (they go into set_ftrace_filter by index: `Instance.set_function_filter`).
 NARROW_LIMIT = 2000
 #: Longest function body read from kcore (kallsyms has no sizes: the next symbol ends it).
 _MAX_BODY = 1 << 16

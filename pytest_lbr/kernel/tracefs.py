@@ -210,6 +210,36 @@ class Instance:
                 exc.errno, f"writing {value.decode()!r} to {self.path}/tracing_on: {exc.strerror}"
             ) from None
 
+    def set_function_filter(self, names: Iterable[str], listing: str) -> None:
+        """Record only the functions called `names` here (`set_ftrace_filter`).
+
+        By name, ftrace compares each name with every traceable function: 0.12-0.17 s
+        per name in the TCG guests (200 names: 24-34 s). By its line number in
+        `listing` (available_filter_functions, counted from 1: Linux v5.1, "ftrace:
+        Allow enabling of filters via index of available_filter_functions") it is
+        found without comparing names. The kernel's own list is read back; where the
+        numbers picked other functions, the names are written instead.
+        """
+        wanted = set(names)
+        picked = [
+            (str(i), name)
+            for i, line in enumerate(listing.splitlines(), 1)
+            if (name := line.split(" ", 1)[0]) in wanted
+        ]
+        if picked:
+            try:
+                _write(self.path / "set_ftrace_filter", " ".join(i for i, _ in picked))
+                if self._filtered() == {name for _, name in picked}:
+                    return
+            except TracefsError:
+                pass
+        self.write("set_ftrace_filter", " ".join(sorted(wanted)))
+
+    def _filtered(self) -> set[str]:
+        """The names `set_ftrace_filter` holds (its comment line when empty aside)."""
+        text = self.read("set_ftrace_filter")
+        return {ln.split()[0] for ln in text.splitlines() if ln.strip() and not ln.startswith("#")}
+
     def skip_functions(self, names: Iterable[str]) -> list[str]:
         """Never record these functions here (`set_ftrace_notrace`); returns
         the names the kernel took (one it cannot trace is left out)."""

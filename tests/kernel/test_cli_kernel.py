@@ -62,8 +62,15 @@ def keep_output(name: str, res: subprocess.CompletedProcess[str]) -> None:
 
 
 def leftovers() -> list[str]:
-    """tracefs instances and kprobe events pytest-lbr made and did not remove."""
-    inst = [p.name for p in (TRACEFS / "instances").iterdir() if p.name.startswith("pytest_lbr")]
+    """tracefs instances and kprobe events the commands made and did not remove (not
+    this session's own instance, which the `lbr` fixture's backend keeps until the end
+    when an earlier test traced system-wide)."""
+    ours = f"pytest_lbr-{os.getpid()}-"
+    inst = [
+        p.name
+        for p in (TRACEFS / "instances").iterdir()
+        if p.name.startswith("pytest_lbr") and not p.name.startswith(ours)
+    ]
     events = (TRACEFS / "kprobe_events").read_text().splitlines()
     return inst + [e for e in events if "pytest_lbr" in e or "lbr_" in e]
 

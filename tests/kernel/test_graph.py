@@ -13,7 +13,8 @@ import pytest
 
 from pytest_lbr.bpf import BpfLoader
 from pytest_lbr.capture.graph import probe_graph
-from pytest_lbr.kernel.tracefs import find_tracefs
+from pytest_lbr.kernel.functions import filter_functions_text
+from pytest_lbr.kernel.tracefs import Instance, find_tracefs
 from pytest_lbr.model import Trace
 from pytest_lbr.tracer import Tracer
 from tests.bpf.objects import (
@@ -294,3 +295,23 @@ def test_unknown_scope_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown scope 'everything'; expected one of"):
         with Tracer(backend="graph").trace("kfunc:vfs_write", scope="everything"):
             pass
+
+
+def test_function_filter_is_set_by_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A narrowed trace's functions go into set_ftrace_filter by their line numbers in
+    available_filter_functions (by name, ftrace compares each with every function:
+    0.1-0.2 s per name under TCG), and the kernel's list is exactly those functions."""
+    root = find_tracefs()
+    assert root is not None
+    listing = filter_functions_text(root)
+    names = ["vfs_write", "vfs_read", "ksys_write", "write_null"]
+    inst = Instance(root, 64)
+    try:
+        # The slow path (names) would go through Instance.write: it must not be needed.
+        monkeypatch.setattr(inst, "write", lambda *a: pytest.fail(f"fell back to names: {a}"))
+        inst.set_function_filter(names, listing)
+        assert set(inst.read("set_ftrace_filter").split()) == set(names), inst.read(
+            "set_ftrace_filter"
+        )
+    finally:
+        inst.close()
