@@ -183,12 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     phases = (
         ["untraced", "untraced, program loaded once", "lbr (software events)"],
         ["graph, set up per test"],
-        [
-            "graph",
-            "untraced, graph on",
-            "graph, program loaded once",
-            "graph, program loaded once, hook kept",
-        ],
+        ["graph", "untraced, graph on", "graph, program loaded once"],
+        # Alone: a trace with KEPT_PROGRAMS = 0 closes every kept hook when it ends, so
+        # interleaved with the others this variant would load its hook every time.
+        ["graph, program loaded once, hook kept"],
     )
     for phase in phases:
         for name in phase:
