@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows[mode] = []
         every = mode == "every function"
         rates = args.every_rates if every else args.rates
-        with _every_function() if every else _nothing():
+        with _every_function() if every else nullcontext():
             for rate in [float(r) for r in rates.split(",")]:
                 row = run_rate(rate, args.seconds)
                 rows[mode].append(row)
@@ -181,11 +181,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     break
     save_json(args.out, {"benchmark": "live_rate", "machine": machine_info(), "modes": rows})
     return 0
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 if __name__ == "__main__":
