@@ -178,7 +178,11 @@ class BpfObject:
         self._ptr = _open_and_load(self.path)
         #: Links made by `Program.attach()`: destroyed before the object closes.
         self._links: list[Link] = []
-        self._finalizer = weakref.finalize(self, _close_object, self._ptr, self._links)
+        #: `on_close` callbacks: run first when the object closes.
+        self._on_close: list[Callable[[], None]] = []
+        self._finalizer = weakref.finalize(
+            self, _close_object, self._ptr, self._links, self._on_close
+        )
         progs: dict[str, Program] = {}
         p = lib.bpf_object__next_program(self._ptr, None)
         while p:
@@ -202,6 +206,17 @@ class BpfObject:
         """Close the object and with it every program and map fd (idempotent)."""
         self._finalizer()
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once when the object closes, before its programs go.
+
+        The tracer keeps each traced program's hook (a BPF link that holds the
+        program) for as long as the program is open, and lets it go here, so a
+        closed object leaves nothing behind. A callback's error does not stop
+        the others or the close.
+        """
+        self._check_open("on_close")
+        self._on_close.append(callback)
+
     def _check_open(self, what: str) -> None:
         if self.closed:
             raise ValueError(f"{what}: {self.path.name} is closed")
@@ -217,8 +232,13 @@ class BpfObject:
         return f"<BpfObject {self.path} {state}>"
 
 
-def _close_object(ptr: int, links: list[Link]) -> None:
+def _close_object(ptr: int, links: list[Link], on_close: list[Callable[[], None]]) -> None:
     failed: list[Exception] = []
+    for callback in on_close:
+        try:
+            callback()
+        except Exception as exc:  # the links and the object still go
+            failed.append(exc)
     for link in links:
         try:
             link.close()

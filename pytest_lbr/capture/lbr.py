@@ -38,6 +38,7 @@ from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.program_exits import ProgramExits
 
 __all__ = [
     "BRANCH_TYPE_KINDS",
@@ -316,11 +317,19 @@ class LbrBackend:
         if live and scope.is_this_process:
             raise CaptureError(LIVE_OWN_PROCESS)
         return LbrCapture(
-            list(targets), filter=filter or "any", scope=scope, pmu=self.pmu, live=live
+            list(targets),
+            filter=filter or "any",
+            scope=scope,
+            pmu=self.pmu,
+            live=live,
+            session=self,
         )
 
     def close(self) -> None:
-        """Nothing to release: every capture releases its own objects."""
+        """Release the hooks the session kept on its programs (`program_exits`)."""
+        from pytest_lbr.capture.program_exits import release_session_exits
+
+        release_session_exits(self)
 
 
 class LbrSoftwareBackend(LbrBackend):
@@ -346,8 +355,12 @@ class LbrCapture:
         machine: Machine | None = None,
         pmu: str = "hardware",
         live: bool = False,
+        session: object | None = None,
     ) -> None:
         self.targets = list(targets)
+        #: Who keeps the fexit hooks on traced programs between traces (its
+        #: backend, `program_exits.session_exits`); None: each trace its own.
+        self._session = session
         #: Whose facts the trace carries (`Trace.arch`, the kernel release).
         self._machine = machine or running_machine()
         self.filter = filter
@@ -373,7 +386,7 @@ class LbrCapture:
         self._check = check
         self._open_events = open_events
         self._events: object | None = None
-        self._hooks: object | None = None
+        self._hooks: HookSet | ProgramExits | None = None
 
     def start(self) -> None:
         """Check the capability, open the perf events, attach the tracer everywhere."""
@@ -388,6 +401,13 @@ class LbrCapture:
         try:
             self._events = (self._open_events or default_events)(self.filter)
             tgid = 0 if self.scope.kind == "system" else self.scope.pid
+            if self._keeps_hooks():
+                from pytest_lbr.capture.program_exits import session_exits
+
+                self._hooks = session_exits(self._session).take(
+                    self.targets, tgid, snapshot=not software, interrupts=self.scope.interrupts
+                )
+                return
             hs = hooks.HookSet(
                 self.targets,
                 snapshot=not software,
@@ -440,30 +460,36 @@ class LbrCapture:
         self._traced.update(traced)
         return trace.hits
 
-    def _armed(self, what: str) -> HookSet:
-        from pytest_lbr.capture.hooks import HookSet
+    def _keeps_hooks(self) -> bool:
+        """Whether this trace's hooks come from its session's kept ones: programs
+        only (their hooks are fexit, fixed to one program), traced in one process
+        or the whole system, not live (`program_exits`)."""
+        return (
+            self._session is not None
+            and not self.live
+            and all(t.kind == "prog" for t in self.targets)
+            and self.scope.kind in ("process", "system")
+            and self.scope.cgroup is None
+        )
 
+    def _armed(self, what: str) -> HookSet | ProgramExits:
         hs = self._hooks
-        if not isinstance(hs, HookSet):
+        if hs is None:
             raise CaptureError(f"LbrCapture.{what}() without a successful start()")
         return hs
 
     @property
     def lost(self) -> int:
         """Records the ring buffer dropped (so far while armed, all after `stop()`)."""
-        from pytest_lbr.capture.hooks import HookSet
-
         hs = self._hooks
-        return hs.lost if isinstance(hs, HookSet) else self._lost
+        return hs.lost if hs is not None else self._lost
 
     @property
     def notes(self) -> list[str]:
         """Why the hits may be incomplete: what the hook set could not attach, hits
         without branch records."""
-        from pytest_lbr.capture.hooks import HookSet
-
         hs = self._hooks
-        notes = list(hs.notes) if isinstance(hs, HookSet) else list(self._hook_notes)
+        notes = list(hs.notes) if hs is not None else list(self._hook_notes)
         if self.pmu == "software":
             notes.insert(0, NO_BRANCHES_NOTE)
         if self._failed:

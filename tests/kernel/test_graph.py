@@ -315,3 +315,31 @@ def test_function_filter_is_set_by_index(monkeypatch: pytest.MonkeyPatch) -> Non
         )
     finally:
         inst.close()
+
+
+def test_arming_empties_the_buffer_and_its_loss_counts() -> None:
+    """A graph trace does not clear the buffer before arming (each clear waits for an
+    RCU grace period, 0.03 s under TCG): switching tracing_on to 1 empties it, with
+    its overrun counters, as the function tracer's start() does."""
+    root = find_tracefs()
+    assert root is not None
+    inst = Instance(root, 4)  # a page or so per CPU: 2,000 writes overrun it
+    try:
+        inst.set_function_filter(["vfs_write"], filter_functions_text(root))
+        inst.set_pids([os.getpid()])
+        inst.write("current_tracer", "function")
+        fd = os.open("/dev/null", os.O_WRONLY)
+        try:
+            inst.arm()
+            for _ in range(2000):
+                os.write(fd, b"x")
+            inst.disarm()
+        finally:
+            os.close(fd)
+        assert inst.unread() > 10 and inst.lost() > 0, (inst.unread(), inst.lost())
+        inst.arm()
+        inst.disarm()
+        # At most the disarming write(2)'s own vfs_write is left.
+        assert inst.unread() <= 1 and inst.lost() == 0, inst.read("trace")
+    finally:
+        inst.close()
