@@ -2,27 +2,28 @@
 
 The test: load tests/bpf/build/xdp_helpers.bpf.o with `BpfLoader`, run
 `xdp_helpers` once on a packet, close. Traced, the run sits inside a trace of
-that one program (arm, run, disarm, collect, symbolize):
+that one program (arm, run, disarm, collect, symbolize), on one `Tracer` per
+backend as the plugin shares one per session:
 
-* graph -- `Tracer(backend="graph").trace(prog)` on one tracer, as the plugin
-  shares one backend per session: what a user gets in this TCG guest (no PMU,
-  so "auto" picks graph). Its first test turns the function tracer on, the
-  later ones only record;
+* graph -- `Tracer(backend="graph")`: what a user gets in this TCG guest (no
+  PMU, so "auto" picks graph). Its first test turns the function tracer on,
+  the later ones only record; each test's new program gets a new fexit hook
+  (for its return value), released when the test closes the object;
 * graph, set up per test -- a new `Tracer` per test, closed after it: the
   function tracer turned on and off around every test (what every test paid
   before the session kept it on);
 * untraced, graph on -- the untraced test while the session's function
-  tracer stays on between traces (recording nothing): what the suite's
-  other tests pay once a test has traced;
-* graph, program loaded once -- the graph variant on a program loaded once for
-  the run (a session- or module-scoped fixture), against "untraced, program
-  loaded once"; "hook kept": with the session keeping the program's fexit hook
-  between traces (`program_exits.KEPT_PROGRAMS`, off by default), so later
-  traces only switch it on;
-* lbr   -- the LBR capture as `Tracer.trace` drives it (fexit on the program,
-  ring buffer, symbolization of the records) on software perf events, since
-  the guest has no PMU: `bpf_get_branch_snapshot()` returns -ENOENT, so the
-  records carry no branches and this is the cost of the machinery alone.
+  tracer stays on between traces (recording nothing);
+* lbr (software events) -- `Tracer(backend="lbr", pmu="software")`: the LBR
+  path (fexit on the program, ring buffer, decoding, symbolization) on
+  software perf events, since the guest has no PMU: the records carry no
+  branches, so this is the cost of the machinery alone;
+* "..., program loaded once" -- the same on a program loaded once for the run
+  (a session- or module-scoped fixture): the session keeps the program's
+  hook while its object is open (`program_exits`), so a trace only switches it
+  on and off. Against "untraced, program loaded once" (one run of the
+  program, no load) a ratio means little; the table gives it against the
+  whole untraced test like every other row.
 
 One unmeasured warm-up of each variant first (imports, probes, the graph
 tracer's set-up: the "first test" column), then `--runs` interleaved runs;
@@ -119,6 +120,7 @@ def variants() -> dict[str, Callable[[], None]]:
     from pytest_lbr.tracer import Tracer
 
     graph = Tracer(backend="graph")
+    lbr = Tracer(backend="lbr", pmu="software")
     # Loaded for the whole run, as a session-scoped fixture would (never closed:
     # the process ends with the benchmark).
     kept = BpfLoader().load(XDP_OBJECT).programs["xdp_helpers"]
@@ -128,26 +130,17 @@ def variants() -> dict[str, Callable[[], None]]:
         with Tracer(backend="graph") as tracer, tracer.trace(prog) as trace:
             yield trace
 
-    @contextmanager
-    def kept_hook(prog: Any) -> Iterator[Any]:
-        from pytest_lbr.capture import program_exits
-
-        old, program_exits.KEPT_PROGRAMS = program_exits.KEPT_PROGRAMS, 4
-        try:
-            with graph.trace(prog) as trace:
-                yield trace
-        finally:
-            program_exits.KEPT_PROGRAMS = old
-
     return {
         "untraced": _test(None),
-        "lbr (software events)": _test(lbr_trace),
+        "untraced, program loaded once": _test_loaded_once(kept, None),
+        "lbr (software events)": _test(lambda p: lbr.trace(p)),
+        "lbr (software events), program loaded once": _test_loaded_once(
+            kept, lambda p: lbr.trace(p)
+        ),
         "graph, set up per test": _test(graph_per_test),
         "graph": _test(lambda p: graph.trace(p)),
         "untraced, graph on": _test(None),
-        "untraced, program loaded once": _test_loaded_once(kept, None),
         "graph, program loaded once": _test_loaded_once(kept, lambda p: graph.trace(p)),
-        "graph, program loaded once, hook kept": _test_loaded_once(kept, kept_hook),
     }
 
 
@@ -181,12 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The graph phases go last: see GUEST_BENCHMARKS in guest_bench.py.
     phases = (
-        ["untraced", "untraced, program loaded once", "lbr (software events)"],
+        [
+            "untraced",
+            "untraced, program loaded once",
+            "lbr (software events)",
+            "lbr (software events), program loaded once",
+        ],
         ["graph, set up per test"],
         ["graph", "untraced, graph on", "graph, program loaded once"],
-        # Alone: a trace with KEPT_PROGRAMS = 0 closes every kept hook when it ends, so
-        # interleaved with the others this variant would load its hook every time.
-        ["graph, program loaded once, hook kept"],
     )
     for phase in phases:
         for name in phase:

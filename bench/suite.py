@@ -67,12 +67,17 @@ LIMITS = {
     "(a few ms) even without traced tests",
     "loss": "see the throughput table: lost != true loss means the lost counter misses drops",
     "soak": "see section 6: the count that grew, and RSS",
+    "pertest30": "see section 3 and docs/architecture.md: a program loaded per test needs "
+    "a new fexit hook per test (its attach target is fixed at load: open, load, verify, "
+    "attach under TCG); the rest is arming, reading and cutting the trace in Python",
     "pertest": "see section 3: each trace of a program loads, verifies and attaches the "
     "fexit hook that gives its return value (~0.1-0.2 s under TCG), and reads, parses and "
     "symbolizes the ring buffer's text in Python",
 }
 #: Issue 14: a traced BPF-program test after the first, graph backend.
 TARGET_PERTEST_S, TARGET_PERTEST_X = 0.5, 15.0
+#: Issue 30: the same against an untraced test, per backend (variant of bench/pertest.py).
+TARGETS_PERTEST_30 = {"graph": 5.0, "lbr (software events)": 2.0}
 
 
 # -- running ----------------------------------------------------------------------
@@ -347,6 +352,21 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = B
             "met" if ok else "missed",
             "pertest",
         )
+        # Issue 30: the program loaded per test (like the untraced test) and once (a
+        # module- or session-scoped fixture: the session keeps its hook).
+        for variant, limit in TARGETS_PERTEST_30.items():
+            for name in (variant, f"{variant}, program loaded once"):
+                v = d["seconds"].get(name)
+                if not v:
+                    continue
+                r = ratio(v, d["seconds"]["untraced"])
+                add(
+                    f"{name}, BPF test after the first ({label})",
+                    f"<= {limit:.0f}x untraced (issue 30)",
+                    f"{statistics.median(v):.3f} s, {fmt_ratio(r)}",
+                    verdict(r, limit),
+                    "pertest30",
+                )
 
     # 4. no silent loss
     if thr:

@@ -2,9 +2,10 @@
 
 The same program (tests/bpf/build/xdp_helpers.bpf.o, loaded once) traced
 `--runs` times on one graph session, after one warm-up trace, twice: with the
-session keeping the program's fexit hook (`program_exits.KEPT_PROGRAMS = 4`)
-and with the default `KEPT_PROGRAMS = 0` (a hook loaded, verified, attached
-and closed per trace: what every trace pays today). Per
+session keeping the program's fexit hook (`program_exits.KEPT_PROGRAMS = 4`,
+what the default of 8 does for a program of a `BpfObject`) and with
+`KEPT_PROGRAMS = 0` (a hook loaded, verified, attached and closed per trace:
+what a program loaded per test, or by another loader, pays). Per
 trace: the whole trace, `HookSet` steps (open, load, attach, arm, drain,
 close) and `parse_trace`, seconds, with the records parsed.
 
