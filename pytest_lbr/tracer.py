@@ -12,7 +12,6 @@ tracer's own branches trimmed -> the finished `Trace`.
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -202,8 +201,21 @@ def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
             return loc
         return new
 
+    # A hit's branches and raw branches share objects: each is named once (the memo
+    # holds `b` too, so no id is reused while it runs). Built directly, not with
+    # dataclasses.replace: a live trace names thousands a second.
+    done: dict[int, tuple[Branch, Branch]] = {}
+
     def named(b: Branch) -> Branch:
-        return dataclasses.replace(b, src=better(b.src), dst=better(b.dst))
+        memo = done.get(id(b))
+        if memo is not None:
+            return memo[1]
+        src, dst = better(b.src), better(b.dst)
+        out = b
+        if src is not b.src or dst is not b.dst:
+            out = Branch(src, dst, b.kind, b.mispredicted, b.cycles)
+        done[id(b)] = (b, out)
+        return out
 
     for h in hits:
         h.branches = [named(b) for b in h.branches]

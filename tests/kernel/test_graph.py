@@ -267,17 +267,17 @@ def touch_binary(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("scope", ["process", "children"])
-def test_children_scope_records_a_child_process_kernel_calls(touch_binary, scope: str) -> None:
+def test_children_scope_records_a_child_process_kernel_calls(
+    graph: Tracer, touch_binary, scope: str
+) -> None:
     """A uretprobe hit in a child holds the child's kernel calls only when the
-    trace follows children; the user-level edge and retval are there either way."""
-    before = _tracefs_state()
-    with Tracer(backend="graph") as tracer:
-        with tracer.trace(f"uretprobe:{touch_binary}:touch", scope=scope) as trace:
-            subprocess.run([str(touch_binary)], check=True)
-        # The next trace of the session follows this process only again.
-        with tracer.trace("kfunc:vfs_write") as after:
-            subprocess.run([str(touch_binary)], check=True)
-    assert _tracefs_state() == before
+    trace follows children; the user-level edge and retval are there either way.
+    (On the module's tracer: its fixture checks that closing it restores tracefs.)"""
+    with graph.trace(f"uretprobe:{touch_binary}:touch", scope=scope) as trace:
+        subprocess.run([str(touch_binary)], check=True)
+    # The next trace of the session follows this process only again.
+    with graph.trace("kfunc:vfs_write") as after:
+        subprocess.run([str(touch_binary)], check=True)
     assert len(trace.hits) == 1, str(trace)
     hit = trace.hits[0]
     assert hit.retval == 1 and hit.pid != os.getpid(), str(trace)
