@@ -13,7 +13,6 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 
 #if defined(__TARGET_ARCH_arm64) && !defined(__aarch64__)
 /*
@@ -99,18 +98,16 @@ static __always_inline __u32 snapshot(void)
 }
 
 /*
- * The kernel's own types, as much as is read here; CO-RE relocates the field
- * offsets against the running kernel's BTF at load (no vmlinux.h needed).
+ * The kernel's own structs are opaque here: where their members are (and x86's
+ * per-CPU preempt_count) comes in lbr_cfg, worked out by user space once per
+ * process from the running kernel's BTF and /proc/kallsyms
+ * (pytest_lbr/kernel/kernel_btf.py, pytest_lbr/kernel/percpu.py), and is read
+ * with bpf_probe_read_kernel().  Not CO-RE: an object with any CO-RE relocation
+ * makes libbpf read and parse the whole vmlinux BTF (~5 MB) at every load, even
+ * of an fexit hook on a BPF program that needs none of it: 0.05 s of a 0.08 s
+ * hook load in the 6.12 TCG guest, paid by every traced test of a BPF program.
  */
-struct task_struct {
-	int pid;
-	int tgid;
-#if defined(__TARGET_ARCH_arm64)
-	struct {
-		__u64 preempt_count; /* arm64: union with struct { u32 count; u32 need_resched; } */
-	} thread_info;
-#endif
-} __attribute__((preserve_access_index));
+struct task_struct;
 
 #if defined(__TARGET_ARCH_x86)
 /*
@@ -119,17 +116,17 @@ struct task_struct {
  * preempt_count next to current_task") (in v6.2) made it pcpu_hot.preempt_count,
  * and commit 46e8fff6d45f ("x86/preempt: Move preempt count to percpu hot
  * section") (in v6.15) made it __preempt_count again (6.1 has __preempt_count,
- * 6.12 pcpu_hot).  Their addresses come from /proc/kallsyms through lbr_cfg,
- * read by user space once per process: as typeless __ksym externs libbpf read
- * the whole of /proc/kallsyms at every load (1.0-1.3 s of a 1.5-1.8 s hook load
- * in the 6.12 TCG guest).  Typed ksyms with bpf_this_cpu_ptr() would be
- * simpler, but the verifier refuses to load any program holding one the
+ * 6.12 pcpu_hot).  User space gives its address in lbr_cfg.sym_preempt_count
+ * (from /proc/kallsyms, plus the member's offset in struct pcpu_hot from BTF),
+ * read once per process: as typeless __ksym externs libbpf read the whole of
+ * /proc/kallsyms at every load (1.0-1.3 s of a 1.5-1.8 s hook load in the 6.12
+ * TCG guest), and the pcpu_hot member's offset as CO-RE made it parse the
+ * vmlinux BTF at every load (above).  Typed ksyms with bpf_this_cpu_ptr() would
+ * be simpler, but the verifier refuses to load any program holding one the
  * kernel's kallsyms lacks (a kernel without CONFIG_KALLSYMS_ALL lists no
- * variables), so every hook would fail to load.
+ * variables), so every hook would fail to load; and libbpf resolves typed ksyms
+ * against the vmlinux BTF too.
  */
-struct pcpu_hot___lbr {
-	int preempt_count;
-} __attribute__((preserve_access_index));
 #endif
 
 /* include/linux/preempt.h: the bits that say which context runs. */
@@ -141,23 +138,27 @@ struct pcpu_hot___lbr {
 static __always_inline __u32 preempt_count(__u32 cpu)
 {
 #if defined(__TARGET_ARCH_x86)
-	__u64 var, base = 0;
+	__u64 base = 0;
 	__u32 pc = 0;
 
-	if (!lbr_cfg.sym_per_cpu_offset)
-		return 0;
-	if (lbr_cfg.sym_preempt_count)
-		var = lbr_cfg.sym_preempt_count;
-	else if (lbr_cfg.sym_pcpu_hot && bpf_core_type_exists(struct pcpu_hot___lbr))
-		var = lbr_cfg.sym_pcpu_hot + bpf_core_field_offset(struct pcpu_hot___lbr, preempt_count);
-	else
+	if (!lbr_cfg.sym_per_cpu_offset || !lbr_cfg.sym_preempt_count)
 		return 0;
 	/* A per-CPU variable's symbol is its offset in every CPU's per-CPU area. */
 	bpf_probe_read_kernel(&base, sizeof(base), (const void *)(lbr_cfg.sym_per_cpu_offset + cpu * 8));
-	bpf_probe_read_kernel(&pc, sizeof(pc), (const void *)(base + var));
+	bpf_probe_read_kernel(&pc, sizeof(pc), (const void *)(base + lbr_cfg.sym_preempt_count));
 	return pc;
 #elif defined(__TARGET_ARCH_arm64)
-	return (__u32)bpf_get_current_task_btf()->thread_info.preempt_count;
+	/*
+	 * arm64 keeps it in the task's thread_info: a u64 in a union with struct
+	 * { u32 count; u32 need_resched; }, whose low 32 bits are the count.
+	 */
+	__u64 pc = 0;
+
+	if (!lbr_cfg.task_preempt_count)
+		return 0;
+	bpf_probe_read_kernel(&pc, sizeof(pc),
+			      (const void *)(bpf_get_current_task() + lbr_cfg.task_preempt_count));
+	return (__u32)pc;
 #else
 	return 0;
 #endif
@@ -333,9 +334,13 @@ int lbr_uretprobe(struct pt_regs *ctx)
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(lbr_fork, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	__u32 ptgid = 0, ctgid = 0;
 	__u8 one = 1;
 
+	if (!lbr_cfg.task_tgid)
+		return 0;
+	bpf_probe_read_kernel(&ptgid, sizeof(ptgid), (const char *)parent + lbr_cfg.task_tgid);
+	bpf_probe_read_kernel(&ctgid, sizeof(ctgid), (const char *)child + lbr_cfg.task_tgid);
 	if (ptgid != ctgid && bpf_map_lookup_elem(&lbr_tgids, &ptgid))
 		bpf_map_update_elem(&lbr_tgids, &ctgid, &one, BPF_NOEXIST);
 	return 0;

@@ -74,12 +74,16 @@ struct lbr_config {
 	__u32 keep_irq; /* 0: drop hits in interrupt context (not the scope's work) */
 	__u32 skip_tgid; /* never this process (a live reader's own); 0: none */
 	/*
-	 * x86: where this CPU's preempt_count is (lbr_tracer.bpf.c, preempt_count()),
-	 * from /proc/kallsyms, read by user space once per process; 0: not there.
+	 * Where the kernel keeps what the tracer reads of it, worked out by user space
+	 * once per process (pytest_lbr/capture/hooks.py, _kernel_config()) from
+	 * /proc/kallsyms and the kernel's BTF; 0: unknown (lbr_tracer.bpf.c then
+	 * counts every hit as task context, or follows no fork).
 	 */
-	__u64 sym_preempt_count;  /* the per-CPU variable __preempt_count */
-	__u64 sym_pcpu_hot;       /* the per-CPU struct pcpu_hot */
-	__u64 sym_per_cpu_offset; /* the array __per_cpu_offset[NR_CPUS] */
+	__u64 sym_preempt_count;  /* x86: this CPU's preempt_count in the per-CPU area
+	                           * (__preempt_count, or pcpu_hot + offset of its member) */
+	__u64 sym_per_cpu_offset; /* x86: the array __per_cpu_offset[NR_CPUS] */
+	__u32 task_tgid;          /* offsetof(struct task_struct, tgid) */
+	__u32 task_preempt_count; /* arm64: offsetof(struct task_struct, thread_info.preempt_count) */
 };
 
 struct lbr_hit {

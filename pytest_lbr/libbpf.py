@@ -169,6 +169,16 @@ class btf_type(Structure):  # noqa: N801 -- uapi name
     _fields_ = [("name_off", c_uint32), ("info", c_uint32), ("size", c_uint32)]
 
 
+class btf_member(Structure):  # noqa: N801 -- uapi name
+    """`struct btf_member`: one of the `vlen` that follow a struct's or union's `btf_type`.
+
+    `offset` is in bits; where the struct's kind_flag is set its low 24 bits are
+    the bit offset and its high 8 the bitfield size (0: not a bitfield).
+    """
+
+    _fields_ = [("name_off", c_uint32), ("type", c_uint32), ("offset", c_uint32)]
+
+
 class KprobeOpts(Structure):
     """struct bpf_kprobe_opts (libbpf.h)."""
 
@@ -307,6 +317,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "btf__load_vmlinux_btf", c_void_p)
     _proto(cdll, "btf__free", None, c_void_p)
     _proto(cdll, "btf__parse_elf", c_void_p, c_char_p, c_void_p)
+    _proto(cdll, "btf__new", c_void_p, c_void_p, c_uint32)
     _proto(cdll, "btf__str_by_offset", c_char_p, c_void_p, c_uint32)
     _proto(cdll, "btf__type_by_id", c_void_p, c_void_p, c_uint32)
     _proto(cdll, "btf__find_by_name_kind", c_int, c_void_p, c_char_p, c_uint32)

@@ -32,6 +32,7 @@ from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
 from pytest_lbr.capture.tracer_object import tracer_layout, tracer_not_built, tracer_object
 from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
+from pytest_lbr.kernel.kernel_btf import tracer_offsets
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.percpu import preempt_count_symbols
 from pytest_lbr.libbpf import (
@@ -334,7 +335,7 @@ class HookSet:
             scope=scope,
             keep_irq=keep_irq,
             skip_tgid=self.skip_tgid,
-            **_preempt_count_config(),
+            **_kernel_config(),
         )
         rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
         check_int(
@@ -572,16 +573,27 @@ class HookSet:
         return _Attached(target, names, how)
 
 
-def _preempt_count_config() -> dict[str, int]:
-    """struct lbr_config's sym_* fields: x86's preempt_count (arm64 reads it from the task)."""
-    if machine().name != "x86_64":
-        return {}
-    syms = preempt_count_symbols()
-    return {
-        "sym_preempt_count": syms.get("__preempt_count", 0),
-        "sym_pcpu_hot": syms.get("pcpu_hot", 0),
-        "sym_per_cpu_offset": syms.get("__per_cpu_offset", 0),
+def _kernel_config() -> dict[str, int]:
+    """struct lbr_config's fields saying where the kernel keeps what the tracer reads (0: unknown).
+
+    x86's preempt_count from /proc/kallsyms (and, as `pcpu_hot.preempt_count`,
+    the member's offset from BTF); the task_struct offsets from BTF. Each read once
+    per process: as CO-RE relocations in the object, libbpf parsed the vmlinux BTF
+    at every hook load.
+    """
+    offsets = tracer_offsets()
+    cfg = {
+        "task_tgid": offsets.task_tgid or 0,
+        "task_preempt_count": offsets.task_preempt_count or 0,
     }
+    if machine().name == "x86_64":
+        syms = preempt_count_symbols()
+        var = syms.get("__preempt_count", 0)
+        if not var and "pcpu_hot" in syms and offsets.pcpu_hot_preempt_count is not None:
+            var = syms["pcpu_hot"] + offsets.pcpu_hot_preempt_count
+        cfg["sym_preempt_count"] = var
+        cfg["sym_per_cpu_offset"] = syms.get("__per_cpu_offset", 0)
+    return cfg
 
 
 def _kernel_refusal(log: list[str]) -> str:

@@ -34,8 +34,9 @@ class ConfigRecord(Structure):
         ("keep_irq", c_uint32),
         ("skip_tgid", c_uint32),
         ("sym_preempt_count", c_uint64),
-        ("sym_pcpu_hot", c_uint64),
         ("sym_per_cpu_offset", c_uint64),
+        ("task_tgid", c_uint32),
+        ("task_preempt_count", c_uint32),
     ]
 
 

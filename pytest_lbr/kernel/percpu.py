@@ -4,9 +4,10 @@ The LBR tracer tells interrupt context from task context by reading
 preempt_count (bpf/lbr_tracer.bpf.c, `preempt_count()`). On x86 that is a
 per-CPU variable whose name moved between kernels (`__preempt_count` in 6.1,
 `pcpu_hot.preempt_count` from v6.2), found through `__per_cpu_offset`. The
-tracer takes the three addresses in its config: as typeless `__ksym` externs,
-libbpf read all of /proc/kallsyms again at every hook load (about a second in
-the 6.12 TCG guest). Reading it here costs that once per process.
+tracer takes the addresses in its config (the hook set adds the member's offset
+in `struct pcpu_hot`, from `kernel_btf`): as typeless `__ksym` externs, libbpf
+read all of /proc/kallsyms again at every hook load (about a second in the 6.12
+TCG guest). Reading it here costs that once per process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 
 __all__ = ["PREEMPT_COUNT_SYMBOLS", "preempt_count_symbols"]
 
-#: The kallsyms names the tracer's config carries (struct lbr_config, sym_*).
+#: The kallsyms names the tracer's config is made of (struct lbr_config, sym_*).
 PREEMPT_COUNT_SYMBOLS = ("__preempt_count", "pcpu_hot", "__per_cpu_offset")
 
 _LINE = re.compile(
