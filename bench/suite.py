@@ -13,6 +13,7 @@ report is built from those files, so `--report-only` re-renders it.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import shutil
@@ -252,6 +253,30 @@ def _machine_line(m: dict[str, Any] | None, where: str) -> str:
     )
 
 
+def _other_guest_runs(
+    first: dict[str, Any] | None, others: dict[str, dict[str, Any] | None]
+) -> list[str]:
+    """A line for each guest benchmark kept from an earlier run (`bench/run --only`):
+    measured over an hour apart from `first` (one run's benchmarks are minutes apart)."""
+
+    def at(m: dict[str, Any] | None) -> datetime.datetime | None:
+        try:
+            return datetime.datetime.strptime(str((m or {}).get("date")), "%Y-%m-%d %H:%M UTC")
+        except ValueError:
+            return None
+
+    when = at(first)
+    out = []
+    for name, d in others.items():
+        m = (d or {}).get("machine")
+        then = at(m)
+        if when and then and abs((when - then).total_seconds()) > 3600:
+            out.append(
+                f"- guest, {name}: kept from the run of {(m or {}).get('date')} (`bench/run --only`)"
+            )
+    return out
+
+
 def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = BISECT_MD) -> str:
     """bench/RESULTS.md from the JSON files in `results` and the symbolize table."""
     startup = load_json(results / "startup.json")
@@ -405,6 +430,7 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = B
         "",
         _machine_line(startup.get("machine") if startup else None, "host"),
         _machine_line(guest_m, "guest"),
+        *_other_guest_runs(guest_m, {"attach": attach, "throughput": thr, "graph": graph}),
         "",
         "**The guests run under QEMU TCG** (this host's KVM cannot boot stock kernels): "
         "code runs 5-20x slower than native and other VMs share the 2 cores, so absolute "

@@ -3,7 +3,7 @@
 The same program (tests/bpf/build/xdp_helpers.bpf.o, loaded once) traced
 `--runs` times on one graph session, after one warm-up trace, twice: with the
 session keeping the program's fexit hook (`program_exits.KEPT_PROGRAMS = 4`,
-what the default of 8 does for a program of a `BpfObject`) and with
+the default, for a program of a `BpfObject`) and with
 `KEPT_PROGRAMS = 0` (a hook loaded, verified, attached and closed per trace:
 what a program loaded per test, or by another loader, pays). Per
 trace: the whole trace, `HookSet` steps (open, load, attach, arm, drain,
@@ -31,6 +31,8 @@ __all__ = ["main", "parse_args"]
 
 #: HookSet methods timed (each the sum over a trace).
 HOOK_STEPS = ("attach", "_open", "_load", "set_armed", "drain", "close")
+#: The session's function tracer instance: arming, disarming, reading back.
+INSTANCE_STEPS = ("set_pids", "arm", "disarm", "read", "lost")
 
 
 @contextmanager
@@ -54,8 +56,11 @@ def _timed(owner: Any, name: str, into: dict[str, float]) -> Iterator[None]:
 
 def _phases(prog: Any, runs: int, kept: int) -> dict[str, float]:
     """Mean seconds per trace of each step, with KEPT_PROGRAMS = `kept`."""
+    from pytest_lbr import tracer as tracer_module
     from pytest_lbr.capture import graph, program_exits
+    from pytest_lbr.capture.graph_hits import HitBuilder
     from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.kernel.tracefs import Instance
     from pytest_lbr.tracer import Tracer
 
     steps: dict[str, float] = {}
@@ -73,7 +78,13 @@ def _phases(prog: Any, runs: int, kept: int) -> dict[str, float]:
         with tracer.trace(prog):  # warm-up: the function tracer's set-up, the first hook
             prog.run(data=PACKET)
         graph.parse_trace = counted
-        with _timed(graph, "parse_trace", steps), _all_timed(HookSet, HOOK_STEPS, steps):
+        with (
+            _timed(graph, "parse_trace", steps),
+            _all_timed(HookSet, HOOK_STEPS, steps),
+            _all_timed(Instance, INSTANCE_STEPS, steps),
+            _timed(HitBuilder, "build", steps),
+            _timed(tracer_module, "add_source_lines", steps),
+        ):
             t0 = time.perf_counter()
             for _ in range(runs):
                 with tracer.trace(prog) as trace:

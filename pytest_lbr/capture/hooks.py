@@ -137,6 +137,9 @@ class HookSet:
         self._shared: dict[str, int] = {}
         self._refs: list[Any] = []
         self._object: Path | None = None
+        #: Fill the config's kernel addresses and offsets (`_kernel_config`): a probe
+        #: that only loads needs none, and finding them reads kallsyms and the BTF.
+        self._kernel_config = True
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -335,7 +338,7 @@ class HookSet:
             scope=scope,
             keep_irq=keep_irq,
             skip_tgid=self.skip_tgid,
-            **_kernel_config(),
+            **(_kernel_config() if self._kernel_config else {}),
         )
         rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
         check_int(
@@ -607,6 +610,10 @@ def _kernel_refusal(log: list[str]) -> str:
 def try_load_fexit(function: str = "vfs_write") -> None:
     """Load (never attach) the fexit tracer on `function`: raises if this kernel refuses."""
     hs = HookSet([], snapshot=True)  # not attached: nothing but this one load
+    # Whether it loads does not depend on the addresses it would read (0: none read);
+    # finding them costs ~1 s in the TCG guests, which a session probing the LBR
+    # backend to end up on the graph backend with kernel functions never needs.
+    hs._kernel_config = False
     try:
         hs.load_fexit(function)
     finally:

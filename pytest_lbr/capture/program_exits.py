@@ -14,8 +14,9 @@ may check after its teardown (examples/veth_xdp's `nothing_left` asserts no BPF
 link is left). So only hooks on programs of a `pytest_lbr.bpf.BpfObject` are
 kept, and only until that object closes (`BpfObject.on_close`): a program of
 any other loader (bcc, an fd, an id) gets a hook of its own per trace, closed
-when the trace ends. At most `KEPT_PROGRAMS` hooks are kept (each holds a 4 MiB
-ring buffer); the least recently traced goes first.
+when the trace ends. At most `KEPT_PROGRAMS` hooks are kept, the least recently
+traced going first: each holds a 4 MiB ring buffer, which becomes resident in this
+process (mapped twice: up to 8 MiB) as its records go round it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ __all__ = [
 
 #: Programs whose fexit hooks one session keeps (least recently traced goes
 #: first); 0: none, every trace closes its own (see the module docstring).
-KEPT_PROGRAMS = 8
+KEPT_PROGRAMS = 4
 
 #: (program id, tgid the hook filters for (0: every process), snapshot, interrupts)
 _Key = tuple[int, int, bool, bool]

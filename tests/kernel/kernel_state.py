@@ -61,18 +61,34 @@ def open_fds() -> tuple[int, int]:
 
 
 def rss_kib() -> int:
-    """This process's resident set size (VmRSS), KiB."""
+    """This process's resident set size (VmRSS), KiB, less what it has resident of
+    BPF maps it mapped (a ring buffer's pages, mapped twice for wrap-around).
+
+    A ring buffer's pages become resident as its records go round it: a session
+    keeping a program's hook grows by up to twice the ring (8 MiB) until they have,
+    then stays flat. That memory is the map's, bounded by its size and counted by
+    `Usage.maps`; what is left is the memory a leak would grow."""
+    vm_rss = None
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
+                vm_rss = int(line.split()[1])
+    if vm_rss is None:
+        raise RuntimeError("no VmRSS in /proc/self/status")
+    in_maps, bpf = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                bpf = line.rstrip().endswith("anon_inode:bpf-map")  # a mapping's header
+            elif bpf and line.startswith("Rss:"):
+                in_maps += int(line.split()[1])
+    return vm_rss - in_maps
 
 
 @dataclass(frozen=True)
 class Usage:
     """What a session could pile up: its fds, the kernel's BPF objects and tracefs
-    entries, and its memory. Every field but `rss_kib` is a count of objects."""
+    entries, and its memory (`rss_kib`). Every other field is a count of objects."""
 
     fds: int
     perf_fds: int
