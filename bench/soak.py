@@ -17,8 +17,9 @@ suite's mix of one-target tests rather than every kind in every trace:
 
 Measured (`tests/kernel/kernel_state.usage`: this process's fds and perf event
 fds, the kernel's BPF programs, links and maps, tracefs instances, kprobe and
-uprobe events, and VmRSS less the BPF maps it has mapped: a kept hook's ring
-buffer, fixed in size, becomes resident as its records go round it) at the start, after a warm-up of `WARMUP_TURNS` turns
+uprobe events, and VmRSS after gc and malloc_trim, less the BPF maps it has
+mapped: a kept hook's ring buffer, fixed in size) at the start, after a warm-up
+of `WARMUP_TURNS` turns
 (imports, caches, the graph backend's function tracer, set up once per
 session: the baseline), every `--every` cycles, at the end, and once more after
 the backend is closed. `SoakResult.problems` says what failed: any count above

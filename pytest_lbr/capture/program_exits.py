@@ -15,8 +15,8 @@ link is left). So only hooks on programs of a `pytest_lbr.bpf.BpfObject` are
 kept, and only until that object closes (`BpfObject.on_close`): a program of
 any other loader (bcc, an fd, an id) gets a hook of its own per trace, closed
 when the trace ends. At most `KEPT_PROGRAMS` hooks are kept, the least recently
-traced going first: each holds a 4 MiB ring buffer, which becomes resident in this
-process (mapped twice: up to 8 MiB) as its records go round it.
+traced going first: each holds a 4 MiB ring buffer, mapped into this process
+(twice, for wrap-around: up to 8 MiB of its RSS) while the hook is kept.
 """
 
 from __future__ import annotations

@@ -66,9 +66,8 @@ def rss_kib() -> int:
     """This process's resident set size (VmRSS), KiB, less what it has resident of
     BPF maps it mapped (a ring buffer's pages, mapped twice for wrap-around).
 
-    A ring buffer's pages become resident as its records go round it: a session
-    keeping a program's hook grows by up to twice the ring (8 MiB) until they have,
-    then stays flat. That memory is the map's, bounded by its size and counted by
+    A session keeping a program's hook keeps its ring buffer mapped (twice the
+    ring: 8 MiB). That memory is the map's, bounded by its size and counted by
     `Usage.maps`; what is left is the memory a leak would grow.
 
     Measured after a garbage collection and glibc's `malloc_trim(0)`, which give
