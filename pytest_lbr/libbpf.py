@@ -37,6 +37,7 @@ __all__ = [
     "BpfXdpQueryOpts",
     "KprobeMultiOpts",
     "KprobeOpts",
+    "ObjectOpenOpts",
     "TracepointOpts",
     "UprobeOpts",
     "BpfError",
@@ -177,6 +178,12 @@ class btf_member(Structure):  # noqa: N801 -- uapi name
     """
 
     _fields_ = [("name_off", c_uint32), ("type", c_uint32), ("offset", c_uint32)]
+
+
+class ObjectOpenOpts(Structure):
+    """struct bpf_object_open_opts (libbpf.h), up to the object's name."""
+
+    _fields_ = [("sz", c_size_t), ("object_name", c_char_p)]
 
 
 class KprobeOpts(Structure):
@@ -330,6 +337,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "libbpf_strerror", c_int, c_int, c_char_p, c_size_t)
     # Objects, programs and maps (pytest_lbr.bpf).
     _proto(cdll, "bpf_object__open_file", c_void_p, c_char_p, c_void_p)
+    _proto(cdll, "bpf_object__open_mem", c_void_p, c_void_p, c_size_t, c_void_p)
     _proto(cdll, "bpf_object__load", c_int, c_void_p)
     _proto(cdll, "bpf_object__close", None, c_void_p)
     _proto(cdll, "bpf_object__next_program", c_void_p, c_void_p, c_void_p)

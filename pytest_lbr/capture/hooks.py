@@ -30,7 +30,13 @@ from typing import Any
 
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
-from pytest_lbr.capture.tracer_object import tracer_layout, tracer_not_built, tracer_object
+from pytest_lbr.capture.tracer_maps import TracerMaps
+from pytest_lbr.capture.tracer_object import (
+    tracer_image,
+    tracer_layout,
+    tracer_not_built,
+    tracer_object,
+)
 from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
 from pytest_lbr.kernel.kernel_btf import tracer_offsets
 from pytest_lbr.kernel.machine import machine
@@ -39,6 +45,7 @@ from pytest_lbr.libbpf import (
     BpfError,
     KprobeMultiOpts,
     KprobeOpts,
+    ObjectOpenOpts,
     TracepointOpts,
     UprobeOpts,
     check_int,
@@ -97,7 +104,8 @@ class HookSet:
     directory) keeps the tasks in it and its descendants instead. `interrupts`
     keeps hits in interrupt context (default: only where every task is traced,
     tgid 0); `skip_tgid` is never recorded. The kernel filters: uprobes see every
-    process but `skip_tgid`.
+    process but `skip_tgid`. `maps` (a session's `TracerMaps`) lends the maps the
+    set's objects share and takes them back at `close` when they are clean.
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class HookSet:
         interrupts: bool | None = None,
         skip_tgid: int = 0,
         fallback: str = DEFAULT_GLOB_FALLBACK,
+        maps: TracerMaps | None = None,
     ) -> None:
         self.targets = list(targets)
         self.snapshot = snapshot
@@ -128,6 +137,8 @@ class HookSet:
         #: Notes for the trace (e.g. "kfunc:tcp_*: kprobe.multi unavailable (EOPNOTSUPP)").
         self.notes: list[str] = []
         self._objs: list[int] = []
+        #: Each object's copy of the tracer's bytes: libbpf reads them until load.
+        self._images: list[Any] = []
         self._links: list[int] = []
         self._base: int | None = None
         self._uprobe_obj: int | None = None
@@ -135,6 +146,10 @@ class HookSet:
         self._cb: Any = None
         self._pending: list[bytes] = []
         self._shared: dict[str, int] = {}
+        #: The session's spare map sets: this set's maps come from there and go back.
+        self._maps = maps
+        #: The set `maps` lent (its fds are this hook set's until `close`).
+        self._lent: dict[str, int] | None = None
         self._refs: list[Any] = []
         self._object: Path | None = None
         #: Fill the config's kernel addresses and offsets (`_kernel_config`): a probe
@@ -159,6 +174,11 @@ class HookSet:
         except FileNotFoundError as exc:
             raise CaptureError(tracer_not_built(exc.filename)) from None
         try:
+            if self._maps is not None and not self._shared:
+                self._lent = self._maps.lend()
+                if self._lent is not None:
+                    self._shared = dict(self._lent)
+                    self._seed()
             if self.children and self.tgid:
                 self._attach_fork()
             for index, target in enumerate(self.targets):
@@ -169,18 +189,51 @@ class HookSet:
             raise
 
     def close(self) -> None:
-        """Destroy every link, ring buffer and object (idempotent)."""
+        """Destroy every link, ring buffer and object (idempotent); give the maps
+        back to the session's spare sets (`maps`) when they are clean."""
+        clean = self._clean_maps()
+        linked = bool(self._links)
         while self._links:
             lib.bpf_link__destroy(self._links.pop())
         if self._rb is not None:
+            if clean:  # every link is gone: read what they wrote, so nothing is left
+                clean = lib.ring_buffer__consume(self._rb) >= 0
+                self._pending.clear()
             lib.ring_buffer__free(self._rb)
             self._rb = None
+        elif linked:
+            clean = False  # the hooks may have written what nobody read
+        spare = self._lent
+        if clean and spare is None and self._shared:
+            # The first object's fds: the set outlives it.
+            spare = {key: os.dup(fd) for key, fd in self._shared.items()}
         while self._objs:
             lib.bpf_object__close(self._objs.pop())
+        self._images.clear()
         while self._refs:
             self._refs.pop().close()
         self._base = self._uprobe_obj = None
         self._shared.clear()
+        self._lent = None
+        if spare is not None and self._maps is not None:
+            if clean:
+                self._maps.give_back(spare)
+            else:
+                for fd in spare.values():
+                    os.close(fd)
+
+    def _clean_maps(self) -> bool:
+        """Whether this set's maps may serve another hook set once read to the end:
+        they exist, hold no followed tgids or cgroup, and were disarmed first."""
+        if self._maps is None or not self._shared or (self.children and self.tgid):
+            return False
+        if self.cgroup is not None:
+            return False
+        try:
+            self.set_armed(False)  # before the links go: no hook writes after the read
+        except (CaptureError, OSError):
+            return False
+        return True
 
     @property
     def link_fds(self) -> list[int]:
@@ -313,10 +366,15 @@ class HookSet:
     def _open(self, program: str, tgid: int, target: int = 0, function: int = 0) -> tuple[int, int]:
         """Open the tracer object with only `program` autoloaded; returns (obj, prog)."""
         path = self._object or tracer_object()
-        obj = lib.bpf_object__open_file(str(path).encode(), None)
+        data = tracer_image(path)
+        # A copy per object: libelf may write to the image it parses in place.
+        image = ctypes.create_string_buffer(data, len(data))
+        opts = ObjectOpenOpts(sz=ctypes.sizeof(ObjectOpenOpts), object_name=b"lbr_tracer")
+        obj = lib.bpf_object__open_mem(image, len(data), ctypes.byref(opts))
         if not obj or lib.libbpf_get_error(obj):
             raise BpfError(ctypes.get_errno() or errno.EINVAL, f"open {path}")
         self._objs.append(obj)
+        self._images.append(image)
         found = 0
         p = lib.bpf_object__next_program(obj, None)
         while p:

@@ -401,10 +401,11 @@ class LbrCapture:
         try:
             self._events = (self._open_events or default_events)(self.filter)
             tgid = 0 if self.scope.kind == "system" else self.scope.pid
-            if self._keeps_hooks():
-                from pytest_lbr.capture.program_exits import session_exits
+            from pytest_lbr.capture.program_exits import session_exits
 
-                self._hooks = session_exits(self._session).take(
+            session = session_exits(self._session) if self._session is not None else None
+            if session is not None and self._keeps_hooks():
+                self._hooks = session.take(
                     self.targets, tgid, snapshot=not software, interrupts=self.scope.interrupts
                 )
                 return
@@ -416,6 +417,7 @@ class LbrCapture:
                 cgroup=self.scope.cgroup,
                 interrupts=self.scope.interrupts,
                 skip_tgid=os.getpid() if self.live else 0,
+                maps=session.maps if session is not None else None,
             )
             self._hooks = hs
             hs.attach()

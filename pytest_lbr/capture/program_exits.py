@@ -30,6 +30,7 @@ from typing import Any
 
 from pytest_lbr.capture.hooks import HookSet
 from pytest_lbr.capture.records import RawHit
+from pytest_lbr.capture.tracer_maps import TracerMaps
 from pytest_lbr.libbpf import prog_info
 from pytest_lbr.targets import Target
 
@@ -64,6 +65,8 @@ class SessionExits:
         self._watched: set[int] = set()
         #: Programs closed while a trace had their hooks: closed when given back.
         self._gone: set[int] = set()
+        #: Spare tracer map sets for this session's hook sets, kept or not.
+        self.maps = TracerMaps()
         self._closed = False
 
     def take(
@@ -97,6 +100,7 @@ class SessionExits:
             snapshot=snapshot,
             tgid=tgid,
             interrupts=interrupts,
+            maps=self.maps,
         )
         key = (prog_id, fresh.tgid, snapshot, fresh.interrupts)
         hooks = self._kept.pop(key, None)
@@ -165,6 +169,7 @@ class SessionExits:
         self._closed = True
         while self._kept:
             self._kept.popitem()[1].close()
+        self.maps.close()
 
     def __len__(self) -> int:
         return len(self._kept)
