@@ -180,9 +180,9 @@ class GraphRecorder:
     kernel (~45,000 on the Debian kernels), and off again the same: seconds
     under TCG, and most of what a traced test used to cost. So the instance is
     created and the tracer turned on at the first trace, and both stay until
-    `close()`; between traces the ring buffer is off (`tracing_on=0`) and
-    records nothing. A trace only sets the pid list, clears the buffer, adds its
-    events and probes, and switches recording on and off.
+    `close()`; between traces the instance records on no CPU (`Instance.arm`)
+    and its buffer is empty (each trace consumes what it read). A trace only sets
+    the pid list, adds its events and probes, and switches recording on and off.
 
     Only this process's threads are ever recorded. `close()` (idempotent) undoes
     everything; a killed process's instance is removed by the next session
@@ -411,8 +411,8 @@ class GraphCapture:
                 # smaller buffer keeps it nearer the present (and loses, counted).
                 inst.write("buffer_size_kb", str(LIVE_BUFFER_KB))
             self._configure(inst)
-            # No inst.clear(): arming empties the buffer (see Instance.arm), and
-            # each empties it with a synchronize_rcu(): 0.03 s under TCG.
+            # No inst.clear(): arming starts from an empty buffer (see Instance.arm),
+            # and each clear waits for an RCU grace period: 0.03 s under TCG.
         except TracefsError as exc:
             raise CaptureError(f"graph backend: {exc}") from None
         inst.arm()
@@ -434,8 +434,12 @@ class GraphCapture:
             for raw in self._exits.drain():
                 if self._window[0] < raw.ts_ns < self._window[1]:
                     exits[self._exit_targets[raw.target]].append(raw)
-        #: The instance's trace text as read (kept for debugging and test data).
-        self.text = inst.read("trace")
+        #: The instance's trace text as read (kept for debugging and test data). Read
+        #: from trace_pipe, which consumes it: the next arm needs no clear (`Instance.arm`).
+        try:
+            self.text = inst.read_pipe(None)
+        except TracefsError as exc:
+            raise CaptureError(f"graph backend: {exc}") from None
         records = parse_trace(self.text)
         self._recorder.skip_clock_reads(records)
         if self.scope.kind == "children" or self.scope.cgroup is not None:

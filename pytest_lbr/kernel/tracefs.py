@@ -160,6 +160,13 @@ class Instance:
         # function tracer records that walk as the traced thread's work. An open
         # file holds the instance (rmdir gives EBUSY), so `close()` closes it first.
         self._on: int | None = os.open(self.path / "tracing_on", os.O_WRONLY)
+        #: tracing_cpumask, open from the first `arm()` on (kept open as `_on` is),
+        #: and the mask that records on every CPU.
+        self._mask: int | None = None
+        self._every_cpu = b""
+        #: Overruns and drops counted before the last `arm()` (see `lost`).
+        self._lost_before = 0
+        self._stats = sorted((self.path / "per_cpu").glob("cpu*/stats"))
 
     def write(self, name: str, value: str) -> None:
         """Write `value` to the instance's file `name`."""
@@ -190,30 +197,54 @@ class Instance:
         return event
 
     def arm(self) -> None:
-        """Start recording (tracing_on=1), into an emptied buffer.
+        """Start recording, into an empty buffer, losses counted from here (`lost`).
 
-        With the function tracer current, switching tracing_on from 0 to 1 calls
-        its start(), `function_trace_start()`, which resets the ring buffer and its
-        overrun counters (`tracing_reset_online_cpus()`, kernel/trace/trace_functions.c;
-        in 4.4 already, and in 6.1 and 6.12): no `clear()` needed before it.
+        The first arm switches tracing_on to 1. With the function tracer current,
+        that calls its start(), `function_trace_start()`, which empties the ring
+        buffer and its overrun counters (`tracing_reset_online_cpus()`,
+        kernel/trace/trace_functions.c; in 4.4 already, and in 6.1 and 6.12) after an
+        RCU grace period: 0.03 s under TCG. So later arms leave tracing_on at 1 and
+        switch the instance's tracing_cpumask from no CPU to every CPU instead
+        (`tracing_set_cpumask()`: per-CPU counters, no grace period). The buffer is
+        empty then if the last trace was read with `read_pipe`, which consumes it;
+        if not, it is emptied first (`clear`, a grace period).
         """
-        self._switch(b"1")
+        if self._mask is None:
+            self._switch(b"1")
+            try:
+                self._mask = os.open(self.path / "tracing_cpumask", os.O_RDWR)
+                self._every_cpu = os.read(self._mask, 4096).strip()
+            except OSError as exc:
+                raise TracefsError(exc.errno, f"opening {self.path}/tracing_cpumask") from None
+            self._lost_before = 0
+            return
+        entries, lost = self._counts()
+        if entries:
+            self.clear()
+            lost = 0
+        self._lost_before = lost
+        self._switch(self._every_cpu, self._mask, "tracing_cpumask")
 
     def disarm(self) -> None:
-        """Stop recording (tracing_on=0); idempotent."""
+        """Stop recording (no CPU in tracing_cpumask, or tracing_on=0 before the
+        first arm); idempotent."""
         try:
-            self._switch(b"0")
+            if self._mask is not None:
+                self._switch(b"0", self._mask, "tracing_cpumask")
+            else:
+                self._switch(b"0")
         except TracefsError:
             pass
 
-    def _switch(self, value: bytes) -> None:
-        if self._on is None:
+    def _switch(self, value: bytes, fd: int | None = None, name: str = "tracing_on") -> None:
+        fd = self._on if fd is None else fd
+        if fd is None or self._on is None:
             raise TracefsError(errno.EBADF, f"{self.path}: instance already closed")
         try:
-            os.write(self._on, value)
+            os.write(fd, value)
         except OSError as exc:
             raise TracefsError(
-                exc.errno, f"writing {value.decode()!r} to {self.path}/tracing_on: {exc.strerror}"
+                exc.errno, f"writing {value.decode()!r} to {self.path}/{name}: {exc.strerror}"
             ) from None
 
     def set_function_filter(self, names: Iterable[str], listing: str) -> None:
@@ -280,20 +311,27 @@ class Instance:
 
     def unread(self) -> int:
         """Records in the ring buffer not read (consumed) yet, summed over CPUs."""
-        total = 0
-        for stats in sorted((self.path / "per_cpu").glob("cpu*/stats")):
+        return self._counts()[0]
+
+    def _counts(self) -> tuple[int, int]:
+        """(records unread, records overwritten or dropped), summed over CPUs."""
+        entries = lost = 0
+        for stats in self._stats:
             for line in stats.read_text().splitlines():
                 key, _, value = line.partition(":")
-                if key.strip() == "entries":
-                    total += int(value.split()[0])
-        return total
+                key = key.strip()
+                if key == "entries":
+                    entries += int(value.split()[0])
+                elif key in ("overrun", "dropped events"):
+                    lost += int(value.split()[0])
+        return entries, lost
 
-    def read_pipe(self, limit: int = 1 << 23) -> str:
+    def read_pipe(self, limit: int | None = 1 << 23) -> str:
         """The records `trace_pipe` holds now, consumed, as text; never blocks.
 
         Whole lines only (the kernel hands a record that does not fit in a read
-        over at the next one), up to about `limit` bytes: the rest stays in the
-        ring buffer for the next call. Opened and closed per call: an open
+        over at the next one), up to about `limit` bytes (None: all): the rest
+        stays in the ring buffer for the next call. Opened and closed per call: an open
         trace_pipe would hold the instance (rmdir gives EBUSY) and its tracer.
         """
         path = self.path / "trace_pipe"
@@ -304,7 +342,7 @@ class Instance:
         chunks: list[bytes] = []
         size = 0
         try:
-            while size < limit:
+            while limit is None or size < limit:
                 try:
                     data = os.read(fd, 1 << 16)  # the kernel gives at most a page per read
                 except BlockingIOError:
@@ -332,17 +370,15 @@ class Instance:
         self._events.clear()
 
     def lost(self) -> int:
-        """Records the ring buffer overwrote or dropped, summed over CPUs."""
-        total = 0
-        for stats in sorted((self.path / "per_cpu").glob("cpu*/stats")):
-            for line in stats.read_text().splitlines():
-                key, _, value = line.partition(":")
-                if key.strip() in ("overrun", "dropped events"):
-                    total += int(value.split()[0])
-        return total
+        """Records the ring buffer overwrote or dropped since the last `arm()`,
+        summed over CPUs."""
+        return self._counts()[1] - self._lost_before
 
     def close(self) -> None:
         """Disarm, disable and delete everything this instance added; idempotent."""
+        mask, self._mask = self._mask, None
+        if mask is not None:
+            os.close(mask)
         on, self._on = self._on, None
         if on is not None:
             try:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
 import socket
 import subprocess
 import threading
+from ctypes import byref
 from pathlib import Path
 
 import pytest
 
 from pytest_lbr.capture.hooks import DEFAULT_GLOB_FALLBACK, HookSet
 from pytest_lbr.capture.records import RawHit
+from pytest_lbr.capture.tracer_maps import TracerMaps
+from pytest_lbr.libbpf import lib
 from pytest_lbr.targets import parse_target
 
 pytestmark = pytest.mark.kernel
@@ -79,6 +83,37 @@ def test_fexit_kernel_function_reports_retval() -> None:
     writes = [h for h in hits if h.retval in (5, 3)]
     assert [h.retval for h in writes] == [5, 3]
     assert all(h.tid == threading.get_native_id() and h.func_ip for h in writes)
+
+
+def _map_id(fd: int) -> int:
+    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+        if line.startswith("map_id:"):
+            return int(line.split()[1])
+    raise AssertionError(f"fd {fd} is not a BPF map")
+
+
+def test_a_sessions_spare_maps_come_back_clean_and_serve_the_next_hook_set() -> None:
+    maps = TracerMaps()
+    getppid = [parse_target("tp:syscalls/sys_enter_getppid")]
+    with HookSet(getppid, snapshot=False, maps=maps) as first:
+        ids = {key: _map_id(fd) for key, fd in first._shared.items()}
+        os.getppid()  # left unread in the ring buffer
+        key, lost = ctypes.c_uint32(0), ctypes.c_uint64(5)
+        assert lib.bpf_map_update_elem(first._shared["lost"], byref(key), byref(lost), 0) == 0
+        first.set_armed(False)
+    assert len(maps) == 1
+    with HookSet(getppid, snapshot=False, maps=maps) as second:
+        assert len(maps) == 0
+        assert {key: _map_id(fd) for key, fd in second._shared.items()} == ids
+        assert second.lost == 0  # reset
+        os.getppid()  # armed again
+        hits = _mine(second.drain())
+    assert len(hits) == 1  # its own: the first set's record was read when it closed
+    # A set that followed forks holds tgids: closed, never lent again.
+    with HookSet(getppid, snapshot=False, children=True, maps=maps) as third:
+        assert {key: _map_id(fd) for key, fd in third._shared.items()} == ids
+    assert len(maps) == 0
+    maps.close()
 
 
 def test_other_processes_are_filtered_out() -> None:
