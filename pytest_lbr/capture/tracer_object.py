@@ -54,12 +54,14 @@ def object_arch(machine: str | None = None) -> str:
     return _ARCHES.get(machine.lower(), machine.lower())
 
 
+@functools.cache
 def tracer_object(machine: str | None = None) -> Path:
     """Path of the packaged tracer object for this machine's architecture.
 
     Raises FileNotFoundError naming the file when this install has none (an
     architecture the wheel was not built for, or a source tree where
-    `make -C bpf` has not run).
+    `make -C bpf` has not run). Found once per process (every hook set asks, and
+    a stat on a guest's 9p root took 4 ms under TCG); a miss is not remembered.
     """
     name = f"lbr_tracer.{object_arch(machine)}.bpf.o"
     path = Path(str(resources.files("pytest_lbr").joinpath("objects", name)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import os
 from collections.abc import Callable
 from ctypes import c_uint64
@@ -69,9 +70,16 @@ class ProgramLines:
 
 def _source_path(path: str) -> str:
     """BTF keeps the path clang was given; show it relative to the cwd when inside it."""
+    return _relative_to(path, os.getcwd())
+
+
+@functools.lru_cache(maxsize=1024)
+def _relative_to(path: str, cwd: str) -> str:
+    # Remembered: a program's line table names a few files hundreds of times, and
+    # os.path.relpath took 0.2 ms a call under TCG.
     if os.path.isabs(path):
         try:
-            rel = os.path.relpath(path)
+            rel = os.path.relpath(path, cwd)
         except ValueError:
             return path
         if not rel.startswith(".."):
