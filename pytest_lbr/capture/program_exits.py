@@ -258,8 +258,12 @@ def release_session_exits(owner: object) -> None:
 def _program_id(target: Target) -> int:
     """The kernel's id of the program a "prog" target names (ids are never reused
     while the program lives; fd numbers are)."""
+    from pytest_lbr.bpf import Program
+
     if target.prog_id is not None:
         return target.prog_id
+    if isinstance(target.obj, Program):
+        return target.obj.id
     if target.prog_fd is not None:
         return int(prog_info(target.prog_fd)[0].id)
     from pytest_lbr.capture.progs import resolve_program
