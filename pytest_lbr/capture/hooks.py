@@ -106,6 +106,9 @@ class HookSet:
     tgid 0); `skip_tgid` is never recorded. The kernel filters: uprobes see every
     process but `skip_tgid`. `maps` (a session's `TracerMaps`) lends the maps the
     set's objects share and takes them back at `close` when they are clean.
+    `kernel_config=False` leaves the kernel addresses and offsets out of the
+    tracer's config (a probe that only loads needs none; finding them reads
+    kallsyms and the kernel's BTF).
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class HookSet:
         skip_tgid: int = 0,
         fallback: str = DEFAULT_GLOB_FALLBACK,
         maps: TracerMaps | None = None,
+        kernel_config: bool = True,
     ) -> None:
         self.targets = list(targets)
         self.snapshot = snapshot
@@ -152,9 +156,7 @@ class HookSet:
         self._lent: dict[str, int] | None = None
         self._refs: list[Any] = []
         self._object: Path | None = None
-        #: Fill the config's kernel addresses and offsets (`_kernel_config`): a probe
-        #: that only loads needs none, and finding them reads kallsyms and the BTF.
-        self._kernel_config = True
+        self._kernel_config = kernel_config
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -667,11 +669,10 @@ def _kernel_refusal(log: list[str]) -> str:
 
 def try_load_fexit(function: str = "vfs_write") -> None:
     """Load (never attach) the fexit tracer on `function`: raises if this kernel refuses."""
-    hs = HookSet([], snapshot=True)  # not attached: nothing but this one load
     # Whether it loads does not depend on the addresses it would read (0: none read);
     # finding them costs ~1 s in the TCG guests, which a session probing the LBR
     # backend to end up on the graph backend with kernel functions never needs.
-    hs._kernel_config = False
+    hs = HookSet([], snapshot=True, kernel_config=False)  # never attached: one load
     try:
         hs.load_fexit(function)
     finally:
