@@ -72,7 +72,6 @@ from pytest_lbr.capture.graph_live import (
     LiveState,
     settle,
 )
-from pytest_lbr.capture.graph_narrow import narrowing
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
@@ -85,12 +84,12 @@ from pytest_lbr.kernel.tracefs import (
     find_tracefs,
 )
 from pytest_lbr.model import Hit, Trace
-from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
     from pytest_lbr.capture.program_exits import ProgramExits
+    from pytest_lbr.symbols.elf import ElfFunctions
 
 __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
 
@@ -630,6 +629,10 @@ class GraphCapture:
         call graph (`pytest_lbr.capture.graph_narrow`), in an instance of its own."""
         if not self.targets or any(t.kind not in ("prog", "kfunc") for t in self.targets):
             return
+        # Imported here: it loads capstone (0.6 s of a session's start under TCG),
+        # which only system-wide traces need.
+        from pytest_lbr.capture.graph_narrow import narrowing
+
         try:
             found = narrowing(self.targets)
         except (OSError, CaptureError) as exc:
@@ -724,6 +727,8 @@ class GraphCapture:
         path = os.path.realpath(t.binary)
         if any(c.isspace() for c in path):
             raise CaptureError(f"{t.spec}: uprobe_events cannot take a path with spaces")
+        from pytest_lbr.symbols.elf import ElfError, ElfFunctions  # pyelftools: uprobes only
+
         try:
             elf = ElfFunctions(path)
             offset = elf.file_offset(t.function)

@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pytest_lbr.capture.graph_calls import (
     Frame,
@@ -29,8 +30,10 @@ from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location
 from pytest_lbr.noise import EXIT_HOOK_FRAMES, PROBE_HANDLERS
-from pytest_lbr.symbols.elf import ElfFunctions
 from pytest_lbr.targets import Target
+
+if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is read
+    from pytest_lbr.symbols.elf import ElfFunctions
 
 __all__ = [
     "TRACE_CLOCK",

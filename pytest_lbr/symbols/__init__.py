@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from ..model import InlineFrame, Location, ProgramCalls
 from .bpfprog import BpfPrograms, ProgramLines
-from .dwarf import Frame
+from .frame import Frame
 from .helpers import HelperNames
 from .kallsyms import KernelSymbols, Symbol
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux

@@ -39,7 +39,7 @@ from functools import partial
 from itertools import compress
 from pathlib import Path
 
-from .dwarf import Frame
+from .frame import Frame
 
 __all__ = ["FrameCache", "FrameTable", "cache_dir", "gc_paused"]
 

@@ -16,31 +16,19 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterable
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 from elftools.dwarf.ranges import BaseAddressEntry
 from elftools.elf.elffile import ELFFile
 
 from .elf import PARSE_ERRORS
+from .frame import Frame
 
 __all__ = ["DwarfError", "DwarfLines", "Frame", "kernel_relative"]
 
 
 class DwarfError(ValueError):
     """The file's DWARF cannot be read (none, damaged, truncated); one line naming the file."""
-
-
-class Frame(NamedTuple):
-    """One source frame at an address, as llvm-symbolizer --inlining prints it.
-
-    Frames come innermost first: the first is where the instruction is, each
-    next one is the caller an inlined function was expanded into, with the
-    line of that call.
-    """
-
-    function: str | None
-    file: str | None
-    line: int
 
 
 _BUILD_DIR_MARKERS = ("/build_amd64_none_amd64/", "/build_arm64_none_arm64/")

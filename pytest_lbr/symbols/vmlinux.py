@@ -21,13 +21,16 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from random import Random
-
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+from typing import TYPE_CHECKING
 
 from ..progress import progress
 from .cache import FrameCache, FrameTable, cache_dir, gc_paused
-from .dwarf import DwarfError, DwarfLines, Frame, kernel_relative
+from .frame import Frame
+
+if TYPE_CHECKING:  # pyelftools is imported where an ELF file is read (0.7 s under TCG)
+    from elftools.elf.elffile import ELFFile
+
+    from .dwarf import DwarfLines
 
 __all__ = [
     "VmlinuxError",
@@ -79,6 +82,9 @@ def running_build_id(notes_path: str = "/sys/kernel/notes") -> str | None:
 
 def _open_elf(path: str) -> tuple[object, ELFFile]:
     """Open an ELF file or raise VmlinuxError with one clear line."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         f = open(path, "rb")  # noqa: SIM115 -- the ELFFile reads lazily
     except OSError as exc:
@@ -325,6 +331,8 @@ class VmlinuxLines:
     def _damage_is_one_line(self) -> Iterator[None]:
         """Turn what a damaged file makes the readers raise into one VmlinuxError
         naming the file and the fix (pyelftools and struct trust every size in it)."""
+        from .dwarf import DwarfError
+
         try:
             yield
         except VmlinuxError:
@@ -366,6 +374,8 @@ class VmlinuxLines:
         return out
 
     def _dwarf_lookup(self, addrs: list[int]) -> dict[int, tuple[Frame, ...]]:
+        from .dwarf import DwarfError, DwarfLines
+
         if self._dwarf is None:
             self._dwarf = DwarfLines(self.path)
         dw = self._dwarf
@@ -392,6 +402,8 @@ class VmlinuxLines:
         return out
 
     def _llvm_lookup(self, addrs: list[int]) -> dict[int, tuple[Frame, ...]]:
+        from .dwarf import kernel_relative
+
         assert self._llvm is not None
         if len(addrs) > 20000:
             progress(
