@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.kallsyms import KernelSymbols
@@ -83,3 +88,58 @@ def test_arm64_layout_programs_and_modules_are_below_the_kernel() -> None:
     s = ks.lookup(prog + 0x6C)
     assert (s.name, s.offset, s.module) == ("bpf_prog_4f06f2f2c3088c9a_tc_classifier", 0x6C, "bpf")
     assert ks.lookup(veth + 4).module == "veth"
+
+
+def _table(ks: KernelSymbols) -> tuple[object, ...]:
+    return (
+        ks.starts,
+        ks.names,
+        ks.modules,
+        ks._by_name,
+        ks._local,
+        ks._core_start,
+        ks._core_end,
+    )
+
+
+def test_live_kallsyms_reads_the_same_as_columns_and_as_lines() -> None:
+    """/proc/kallsyms is read as columns (the kernel's own format); line by line gives
+    the same table."""
+    fast = KernelSymbols()
+    if not fast.readable:
+        pytest.skip("/proc/kallsyms hides addresses here (needs root / kptr_restrict=0)")
+    assert fast.columns
+    assert _table(fast) == _table(KernelSymbols(columns=False))
+
+
+# What s_show() in kernel/kallsyms.c prints: "%px %c %s\n" for the core kernel, sorted
+# by address, then "%px %c %s\t[%s]\n" for modules and BPF programs.
+_name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_.0123456789", min_size=1, max_size=12)
+_kind = st.sampled_from("tTwWdDbBrRA")
+
+
+@st.composite
+def _kallsyms_text(draw: st.DrawFn) -> str:
+    core = sorted(draw(st.lists(st.integers(0, (1 << 64) - 1), max_size=40)))
+    hidden = draw(st.booleans())
+    lines = [
+        f"{0 if hidden else a:016x} {draw(_kind)} {draw(_name)}\n"
+        for a in core
+        for _ in range(draw(st.integers(1, 2)))  # aliases: several names at one address
+    ]
+    for _ in range(draw(st.integers(0, 8))):
+        addr = draw(st.integers(0, (1 << 64) - 1))
+        module = draw(st.sampled_from(["bpf", "ext4", "__builtin__ftrace"]))
+        lines.append(f"{addr:016x} {draw(_kind)} {draw(_name)}\t[{module}]\n")
+    return "".join(lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_kallsyms_text())
+def test_kernel_formatted_text_reads_the_same_as_columns_and_as_lines(text: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kallsyms")
+        with open(path, "w") as f:
+            f.write(text)
+        columns = KernelSymbols(path, columns=True)
+        assert _table(columns) == _table(KernelSymbols(path, columns=False))

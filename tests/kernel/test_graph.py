@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import shutil
@@ -319,43 +320,53 @@ def test_function_filter_is_set_by_index(monkeypatch: pytest.MonkeyPatch) -> Non
         inst.close()
 
 
-def test_a_trace_read_from_the_pipe_rearms_without_emptying_the_buffer() -> None:
-    """After the first arm, arming switches tracing_cpumask (no RCU grace period): a
-    trace read with `read_pipe` leaves nothing behind, nothing is recorded while
-    disarmed, and losses count from the arm."""
+@contextlib.contextmanager
+def _small_vfs_write_instance() -> Iterator[tuple[Instance, int]]:
+    """An instance recording this process's vfs_write calls in a page or so per CPU
+    (2,000 writes overrun it), and an fd of /dev/null to write to."""
     root = find_tracefs()
     assert root is not None
     inst = Instance(root, 4)
+    fd = os.open("/dev/null", os.O_WRONLY)
     try:
         inst.set_function_filter(["vfs_write"], filter_functions_text(root))
         inst.set_pids([os.getpid()])
         inst.write("current_tracer", "function")
-        fd = os.open("/dev/null", os.O_WRONLY)
-        try:
-            inst.arm()
-            for _ in range(2000):
-                os.write(fd, b"x")
-            inst.disarm()
-            assert inst.lost() > 0
-            inst.read_pipe(None)
-            assert inst.unread() == 0
-            for _ in range(5):
-                os.write(fd, b"x")  # disarmed: not recorded
-            assert inst.unread() == 0
-            inst.arm()
-            for _ in range(3):
-                os.write(fd, b"x")
-            inst.disarm()
-            text = inst.read_pipe(None)
-        finally:
-            os.close(fd)
+        yield inst, fd
+    finally:
+        os.close(fd)
+        inst.close()
+
+
+def _overrun(inst: Instance, fd: int) -> None:
+    inst.arm()
+    for _ in range(2000):
+        os.write(fd, b"x")
+    inst.disarm()
+
+
+def test_a_trace_read_from_the_pipe_rearms_without_emptying_the_buffer() -> None:
+    """After the first arm, arming switches tracing_cpumask (no RCU grace period): a
+    trace read with `read_pipe` leaves nothing behind, nothing is recorded while
+    disarmed, and losses count from the arm."""
+    with _small_vfs_write_instance() as (inst, fd):
+        _overrun(inst, fd)
+        assert inst.lost() > 0
+        inst.read_pipe(None)
+        assert inst.unread() == 0
+        for _ in range(5):
+            os.write(fd, b"x")  # disarmed: not recorded
+        assert inst.unread() == 0
+        inst.arm()
+        for _ in range(3):
+            os.write(fd, b"x")
+        inst.disarm()
+        text = inst.read_pipe(None)
         # The overruns of the first trace are still counted by the kernel (no reset)...
         assert inst._counts()[1] > 0
         # ...but not as this trace's: three writes, and the disarming write(2)'s own.
         assert inst.lost() == 0
         assert 3 <= text.count("vfs_write") <= 4, text
-    finally:
-        inst.close()
 
 
 def test_arming_empties_the_buffer_and_its_loss_counts() -> None:
@@ -363,25 +374,10 @@ def test_arming_empties_the_buffer_and_its_loss_counts() -> None:
     RCU grace period, 0.03 s under TCG): the first arm (tracing_on to 1) empties it,
     with its overrun counters, as the function tracer's start() does, and a later
     arm empties what a trace left unread."""
-    root = find_tracefs()
-    assert root is not None
-    inst = Instance(root, 4)  # a page or so per CPU: 2,000 writes overrun it
-    try:
-        inst.set_function_filter(["vfs_write"], filter_functions_text(root))
-        inst.set_pids([os.getpid()])
-        inst.write("current_tracer", "function")
-        fd = os.open("/dev/null", os.O_WRONLY)
-        try:
-            inst.arm()
-            for _ in range(2000):
-                os.write(fd, b"x")
-            inst.disarm()
-        finally:
-            os.close(fd)
+    with _small_vfs_write_instance() as (inst, fd):
+        _overrun(inst, fd)
         assert inst.unread() > 10 and inst.lost() > 0, (inst.unread(), inst.lost())
         inst.arm()
         inst.disarm()
         # At most the disarming write(2)'s own vfs_write is left.
         assert inst.unread() <= 1 and inst.lost() == 0, inst.read("trace")
-    finally:
-        inst.close()
