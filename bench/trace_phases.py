@@ -31,8 +31,8 @@ __all__ = ["main", "parse_args"]
 
 #: HookSet methods timed (each the sum over a trace).
 HOOK_STEPS = ("attach", "_open", "_load", "set_armed", "drain", "close")
-#: The session's function tracer instance: arming, disarming, reading back.
-INSTANCE_STEPS = ("set_pids", "arm", "disarm", "read", "lost")
+#: The session's function tracer instance: arming, disarming, reading back (consumed).
+INSTANCE_STEPS = ("set_pids", "arm", "disarm", "read_pipe", "lost")
 
 
 @contextmanager
