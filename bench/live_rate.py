@@ -65,6 +65,10 @@ while True:
 REPORT.pack_into(shared, 0, n, time.monotonic() - start)
 """
 
+#: The PMU each backend runs on: the LBR tracer on software perf events (no PMU
+#: under TCG, so no branch records: its hits carry the call and the return value).
+PMU = {"graph": "hardware", "lbr": "software"}
+
 #: What the writer reports: writes made, seconds it wrote for.
 REPORT = struct.Struct("<Qd")
 
@@ -85,8 +89,11 @@ def _every_function() -> Iterator[None]:
         graph.narrowing = orig
 
 
-def run_rate(rate: float, seconds: float) -> dict[str, Any]:
-    """One live trace with the writer at `rate` writes/s: truth, hits, lost, records/s."""
+def run_rate(rate: float, seconds: float, backend: str = "graph") -> dict[str, Any]:
+    """One live trace with the writer at `rate` writes/s: truth, hits, lost, records/s.
+
+    `backend` "graph", or "lbr" (the LBR tracer on software perf events: no PMU here).
+    """
     from pytest_lbr.live import LiveTrace
 
     with tempfile.NamedTemporaryFile() as report:
@@ -109,7 +116,7 @@ def run_rate(rate: float, seconds: float) -> dict[str, Any]:
         try:
             assert writer.stdout.readline() == "ready\n"
             hits: list[Any] = []
-            with LiveTrace([TARGET], backend="graph") as live:
+            with LiveTrace([TARGET], backend=backend, pmu=PMU[backend]) as live:
                 writer.stdin.write("go\n")
                 writer.stdin.flush()
                 t0 = time.monotonic()
@@ -126,6 +133,7 @@ def run_rate(rate: float, seconds: float) -> dict[str, Any]:
     truth = count
     records = sum(len(h.raw_branches) + 1 for h in hits)
     return {
+        "backend": backend,
         "rate": rate,
         "truth": truth,
         "hits": len(hits),
@@ -137,6 +145,9 @@ def run_rate(rate: float, seconds: float) -> dict[str, Any]:
         "records_per_hit": records / len(hits) if hits else 0.0,
         "writer_rate_met": truth >= 0.95 * rate * seconds,
         "seconds": elapsed,
+        # The reader kept pace: done within a poll or so of the writer, not
+        # reading a backlog the buffer held.
+        "kept_pace": elapsed <= float(wrote_for) + 1.0,
         "notes": notes,
     }
 
@@ -153,6 +164,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--seconds", type=float, default=5.0, help="how long the writer writes")
     ap.add_argument("--modes", default="narrowed,every function", help="which recordings")
+    ap.add_argument("--backend", default="graph", choices=sorted(PMU), help="which backend traces")
     return ap.parse_args(argv)
 
 
@@ -168,13 +180,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         rates = args.every_rates if every else args.rates
         with _every_function() if every else nullcontext():
             for rate in [float(r) for r in rates.split(",")]:
-                row = run_rate(rate, args.seconds)
+                row = run_rate(rate, args.seconds, args.backend)
                 rows[mode].append(row)
                 print(
                     f"{os.uname().release} {mode} at {rate:.0f} writes/s: {row['hits']}/"
                     f"{row['truth']} hits, lost {row['lost']}, "
                     f"{row['records_per_s']:.0f} records/s "
-                    f"({row['records_per_hit']:.1f} per hit)",
+                    f"({row['records_per_hit']:.1f} per hit), {args.backend}, took "
+                    f"{row['seconds']:.1f} s",
                     flush=True,
                 )
                 if not row["loss_free"]:

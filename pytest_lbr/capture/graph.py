@@ -578,11 +578,9 @@ class GraphCapture:
             self._tids |= self.scope.tids()  # moved in since
         wanted = self._keeps(None)
         mine, now = os.getpid(), time.monotonic()
-        for r in records:
-            # Events are not filtered by set_ftrace_notrace_pid: ours go here.
-            if r.tgid == mine or r.tid in live.own or not wanted(r):
-                continue
-            live.add((r.tid, isinstance(r, FunctionRecord) and r.in_irq), r, now)
+        own = live.own
+        # Events are not filtered by set_ftrace_notrace_pid: ours go here.
+        live.add((r for r in records if r.tgid != mine and r.tid not in own and wanted(r)), now)
         for raw in raws:
             if raw.pid == mine or raw.ts_ns <= self._window[0]:
                 continue

@@ -287,6 +287,11 @@ def _task_of(
     return pid, comm
 
 
+#: `EXIT_HOOK_FRAMES` compiled: each, and any of them.
+_HOOK_FRAME_RES = {k: re.compile(fnmatch.translate(p)) for k, p in EXIT_HOOK_FRAMES.items()}
+_HOOK_FRAME_RE = re.compile("|".join(f"(?:{r.pattern})" for r in _HOOK_FRAME_RES.values()))
+
+
 def _without_exit_hooks(
     records: list[FunctionRecord | EventRecord], hook_times: Iterable[int]
 ) -> list[FunctionRecord | EventRecord]:
@@ -302,12 +307,14 @@ def _without_exit_hooks(
     name may be the traced program's, and some of what it calls is notrace
     (bpf_ringbuf_commit), so its callees name a parent never entered.
     """
-    times = sorted(hook_times)
     funcs = [r if isinstance(r, FunctionRecord) else None for r in records]
+    if not any(r is not None and r.parent and _HOOK_FRAME_RE.match(r.parent) for r in funcs):
+        return records  # no hook ran here (a live trace's usual poll)
+    times = sorted(hook_times)
     drop = [False] * len(records)
 
     def called_by(r: FunctionRecord | None, key: str) -> bool:
-        return r is not None and fnmatch.fnmatchcase(r.parent or "", EXIT_HOOK_FRAMES[key])
+        return r is not None and _HOOK_FRAME_RES[key].match(r.parent or "") is not None
 
     def drop_calls(start: int, key: str) -> int:
         """Drop the records from `start` on called by `key` or by what they entered."""
@@ -657,30 +664,54 @@ def _when(steps: list[Step], step: Step) -> tuple[int, int]:
     return 0, 0
 
 
+#: Branches made so far, by what makes them (`_branch`): the same call sites come
+#: back hit after hit, poll after poll, so each is built (and named, which goes by
+#: object) once. Branches are frozen: hits may share them. Emptied when full.
+_BRANCH_CACHE_SIZE = 1 << 14
+_branches: dict[tuple[object, ...], Branch] = {}
+
+
 def _append(hit: Hit, step: Step) -> None:
     frame = step.frame
     if frame is None:
         return
     call = frame.call
-    entry = Location(frame.addr, frame.func, 0)
     if call is None:
-        # Entered unseen: an explicit frame whose caller is unknown.
-        branch = (
-            Branch(UNSEEN_CALLER, entry, "unseen")
-            if step.kind == "call"
-            else Branch(entry, UNSEEN_CALLER, "ret")
-        )
-    elif step.kind == "call":
-        site = Location(call.parent_addr, call.parent, call.parent_off)
-        branch = Branch(site, entry, "call")
+        key: tuple[object, ...] = (step.kind == "call", frame.addr, frame.func)
     else:
-        # Function tracing does not see the ret instruction: the return is shown
-        # from the function (+0x0) back to its call site.
-        site = Location(call.parent_addr, call.parent, call.parent_off)
-        branch = Branch(entry, site, "ret")
+        key = (
+            step.kind == "call",
+            frame.addr,
+            frame.func,
+            call.parent_addr,
+            call.parent,
+            call.parent_off,
+        )
+    branch = _branches.get(key)
+    if branch is None:
+        if len(_branches) >= _BRANCH_CACHE_SIZE:
+            _branches.clear()
+        branch = _branches[key] = _branch(step.kind, frame)
     hit.raw_branches.append(branch)
     if not any(f.func in PROBE_HANDLERS for f in step.stack):
         hit.branches.append(branch)
+
+
+def _branch(kind: str, frame: Frame) -> Branch:
+    """The branch of a call into `frame` or a return from it."""
+    call = frame.call
+    entry = Location(frame.addr, frame.func, 0)
+    if call is None:
+        # Entered unseen: an explicit frame whose caller is unknown.
+        if kind == "call":
+            return Branch(UNSEEN_CALLER, entry, "unseen")
+        return Branch(entry, UNSEEN_CALLER, "ret")
+    site = Location(call.parent_addr, call.parent, call.parent_off)
+    if kind == "call":
+        return Branch(site, entry, "call")
+    # Function tracing does not see the ret instruction: the return is shown
+    # from the function (+0x0) back to its call site.
+    return Branch(entry, site, "ret")
 
 
 def _retval(body: str) -> int | None:

@@ -10,6 +10,7 @@ comes once (see `GraphCapture.poll` for when a hit of each kind is complete).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 from pytest_lbr.capture.graph_hits import HitBuilder, hit_event
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
@@ -67,10 +68,20 @@ class LiveState:
         self.cut_short = 0
         self.unread = 0  # records left in the buffer at stop
 
-    def add(self, context: Context, record: FunctionRecord | EventRecord, now: float) -> None:
-        self.records.setdefault(context, []).append(record)
-        self.arrived[context] = now
-        self.dirty.add(context)
+    def add(self, records: Iterable[FunctionRecord | EventRecord], now: float) -> None:
+        """Add records that arrived at `now` to their contexts (a thread, or the
+        interrupts on it)."""
+        table, touched = self.records, set()
+        for r in records:
+            context = (r.tid, type(r) is FunctionRecord and r.in_irq)
+            kept = table.get(context)
+            if kept is None:
+                kept = table[context] = []
+            kept.append(r)
+            touched.add(context)
+        for context in touched:
+            self.arrived[context] = now
+        self.dirty |= touched
 
     def add_exit(self, context: Context, target: int, raw: RawHit, now: float) -> None:
         self.exits.setdefault(context, {}).setdefault(target, []).append(raw)

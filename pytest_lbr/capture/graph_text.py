@@ -111,9 +111,10 @@ class EventRecord(NamedTuple):
 
 
 #: What a line's body says when that depends on the body alone (`_read_body`): a
-#: function record's (func, func_addr, parent, parent_off, parent_addr), or an
-#: event's (name, body).
-_Body = tuple[str, int, str | None, int, int] | tuple[str, str]
+#: function record's (func, func_addr, parent, parent_off, parent_addr), an
+#: event's (name, body), or a kretprobe event's (name, body, True): that one may
+#: name the parent of a kretprobe'd function's record before it.
+_Body = tuple[str, int, str | None, int, int] | tuple[str, str] | tuple[str, str, bool]
 _Records = list[FunctionRecord | EventRecord]
 #: (tid, function) -> indexes in the records of its kretprobe'd records, newest last.
 _Unknown = dict[tuple[int, str], list[int]]
@@ -195,9 +196,14 @@ def _parse_plain(text: str, out: _Records, unknown: _Unknown) -> None:
                     ),
                 )
             )
-        else:
+        elif len(parsed) == 2 or not unknown:
+            # An event; a return event with no kretprobe'd record waiting names no parent.
             ts = int(sec + usec[:9]) * scale[len(usec)]
-            out.append(new(EventRecord, (ints[tid], ints[cpu], ts, *parsed, tgids[tgid], comm)))
+            name, rest = parsed[0], parsed[1]
+            out.append(new(EventRecord, (ints[tid], ints[cpu], ts, name, rest, tgids[tgid], comm)))
+        else:
+            ts = _ts_ns(sec, usec)
+            _add_special(ints[tid], ints[cpu], ts, flags, tgids[tgid], comm, body, out, unknown)
 
 
 def _ts_ns(sec: str, usec: str) -> int:
@@ -220,17 +226,17 @@ def _parse_lines(text: str, out: _Records, unknown: _Unknown) -> None:
         tid, cpu, ts = int(m["tid"]), int(m["cpu"]), _ts_ns(m["sec"], m["usec"])
         tgid, flags, comm, body = _tgid(m["tgid"]), m["flags"], m["comm"], m["body"]
         parsed = _read_body(body)
-        if parsed is None:
+        if parsed is None or len(parsed) == 3:
             _add_special(tid, cpu, ts, flags, tgid, comm, body, out, unknown)
         elif len(parsed) == 5:
             out.append(FunctionRecord(tid, cpu, ts, flags[2] not in ".", *parsed, tgid, comm))
         else:
-            out.append(EventRecord(tid, cpu, ts, *parsed, tgid, comm))
+            out.append(EventRecord(tid, cpu, ts, parsed[0], parsed[1], tgid, comm))
 
 
 def _read_body(body: str) -> _Body | None:
-    """What a line's body says, or None where that depends on the lines before
-    (a kretprobe'd function's record; a kretprobe event, which may name one's parent)."""
+    """What a line's body says, or None where that depends on the lines around it
+    (a kretprobe'd function's record, whose parent a later kretprobe event names)."""
     fast = _FAST_FUNC_RE.fullmatch(body)
     if fast is None:
         return _read_any_body(body)
@@ -254,7 +260,7 @@ def _read_any_body(body: str) -> _Body | None:
     if _FUNC_KRETPROBED_RE.match(body):
         return None
     name, rest = _event(body)
-    return None if _RETURN_RE.match(rest) else (name, rest)
+    return (name, rest, True) if _RETURN_RE.match(rest) else (name, rest)
 
 
 def _event(body: str) -> tuple[str, str]:
