@@ -225,6 +225,13 @@ class LiveTrace:
 
     def start(self) -> None:
         """Arm: every hit from now on is handed over by `poll()` or `stop()`."""
+        from pytest_lbr.symbols import get_symbolizer
+
+        # Read the kernel's symbols before arming, not at the first batch: that
+        # takes a second or more under TCG, and a reader stalled that long while
+        # the machine runs lets the ring buffers overrun (6.12 guest, a writer at
+        # 8,000 write(2)s a second: 5,984 records lost in the first seconds).
+        get_symbolizer(self._vmlinux)
         chosen = self._filter if self.capabilities.filters else None
         self._capture = capture = self.backend.open(
             self.targets, scope=self.scope, filter=chosen, live=True

@@ -31,7 +31,7 @@ T = TypeVar("T")
 BPF_SYMBOL_RE = re.compile(r"^bpf_prog_[0-9a-f]{16}(?:_|$)")
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     """One function on the reconstructed stack."""
 
@@ -42,7 +42,7 @@ class Frame:
     call: FunctionRecord | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """A call into `frame`, a return from it, or an event line.
 
@@ -129,20 +129,24 @@ class Mentions:
     ) -> None:
         #: function -> (record indexes, whether that record shows it running)
         self._at: dict[str, tuple[list[int], list[bool]]] = {}
+        at = self._at
+
+        def add(func: str, index: int, running: bool) -> None:
+            seen = at.get(func)
+            if seen is None:
+                at[func] = ([index], [running])
+            elif seen[0][-1] != index:
+                seen[0].append(index)
+                seen[1].append(running)
+
         for i, rec in enumerate(records):
             if isinstance(rec, EventRecord):
                 if rec.name in returns:
-                    self._add(returns[rec.name], i, True)
+                    add(returns[rec.name], i, True)
                 continue
             if rec.parent is not None:
-                self._add(rec.parent, i, True)  # first: "f <- f" is f still running
-            self._add(rec.func, i, False)
-
-    def _add(self, func: str, index: int, running: bool) -> None:
-        at = self._at.setdefault(func, ([], []))
-        if not at[0] or at[0][-1] != index:
-            at[0].append(index)
-            at[1].append(running)
+                add(rec.parent, i, True)  # first: "f <- f" is f still running
+            add(rec.func, i, False)
 
     def running(self, func: str, index: int) -> bool:
         """Whether the first record after `index` that names `func` shows it still running."""
@@ -167,4 +171,7 @@ def innermost(stack: Sequence[T], found: Callable[[T], object]) -> int | None:
 
 def innermost_call(stack: Sequence[Frame], func: str) -> int | None:
     """Index of the innermost frame of `func` on a call stack."""
-    return innermost(stack, lambda f: f.func == func)
+    for i in range(len(stack) - 1, -1, -1):  # `innermost`, without a call per frame
+        if stack[i].func == func:
+            return i
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -109,7 +110,11 @@ def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRec
 
 
 def glob_matcher(pattern: str) -> Callable[[str, int], bool]:
-    return lambda name, addr: fnmatch.fnmatchcase(name, pattern)
+    """Whether a code location (symbol, address) is a function `pattern` names."""
+    if not any(c in pattern for c in "*?["):
+        return lambda name, addr: name == pattern  # one function: asked at every call
+    match = re.compile(fnmatch.translate(pattern)).match
+    return lambda name, addr: match(name) is not None
 
 
 def program_matcher(
@@ -693,8 +698,10 @@ def _append(hit: Hit, step: Step) -> None:
             _branches.clear()
         branch = _branches[key] = _branch(step.kind, frame)
     hit.raw_branches.append(branch)
-    if not any(f.func in PROBE_HANDLERS for f in step.stack):
-        hit.branches.append(branch)
+    for f in step.stack:  # a loop, not any(): this runs for every step of every hit
+        if f.func in PROBE_HANDLERS:
+            return
+    hit.branches.append(branch)
 
 
 def _branch(kind: str, frame: Frame) -> Branch:
@@ -714,6 +721,7 @@ def _branch(kind: str, frame: Frame) -> Branch:
     return Branch(entry, site, "ret")
 
 
+@functools.lru_cache(maxsize=1024)
 def _retval(body: str) -> int | None:
     # kretprobe event body: "(vfs_write+0x0/0x3f0 <- ksys_write+0x6a/0xe0) ret=0x1"
     for part in body.split():

@@ -60,11 +60,16 @@ _ODD_CHARS = "\t\r\x0b\x0c\x1c\x1d\x1e\x1f"  # ASCII \s and line breaks but " " 
 _ODD_RE = re.compile(r"[\t\r\x0b\x0c\x1c-\x1f]|[^\x00-\x7f]")
 # _LINE_RE's header, atomic: the general path's body (.*$) takes any rest of the
 # line, so its header is the first this pattern finds, and so is ours. Lines
-# it does not find (comments, garbage) the general path skips too.
+# it does not find (comments, garbage) the general path skips too. The header's
+# fields up to the flags are one group, read by _HEAD_RE once per distinct text
+# (a thread on a CPU in a context): capturing them here is the same match.
 _TEXT_RE = re.compile(
-    r"^(?!#)(?> *(.*?)-([0-9]{1,20}) +(?:\( *([-\d]{1,20})\) +)?\[([0-9]{1,20})\] +"
-    r"(\S{4,5}) +([0-9]{1,20})\.([0-9]{1,20}): )(.*)",
+    r"^(?!#)(?>( *.*?-[0-9]{1,20} +(?:\( *[-\d]{1,20}\) +)?\[[0-9]{1,20}\] +\S{4,5})"
+    r" +([0-9]{1,20})\.([0-9]{1,20}): )(.*)",
     re.MULTILINE,
+)
+_HEAD_RE = re.compile(
+    r" *(.*?)-([0-9]{1,20}) +(?:\( *([-\d]{1,20})\) +)?\[([0-9]{1,20})\] +(\S{4,5})"
 )
 # _FUNC_RE, quicker, for the usual body: names without "+" (its lazy names stop
 # at the first "+0x" that lets the rest match, and such a name ends there) and
@@ -130,19 +135,14 @@ class _Bodies(dict[str, "_Body | None"]):
         return parsed
 
 
-class _Ints(dict[str, int]):
-    """Decimal strings (thread and CPU numbers) converted once per text."""
+class _Heads(dict[str, tuple[int, int, str, int, str]]):
+    """A line header's (tid, cpu, flags, tgid, comm), read once per text (`_HEAD_RE`)."""
 
-    def __missing__(self, digits: str) -> int:
-        self[digits] = value = int(digits)
-        return value
-
-
-class _Tgids(dict[str, int]):
-    """The TGID column's strings ("  291", "-----") read once per text."""
-
-    def __missing__(self, tgid: str) -> int:
-        self[tgid] = value = _tgid(tgid)
+    def __missing__(self, head: str) -> tuple[int, int, str, int, str]:
+        m = _HEAD_RE.fullmatch(head)
+        assert m is not None  # _TEXT_RE matched it
+        comm, tid, tgid, cpu, flags = m.groups()
+        self[head] = value = (int(tid), int(cpu), flags, _tgid(tgid), comm)
         return value
 
 
@@ -174,36 +174,22 @@ def parse_trace(text: str) -> list[FunctionRecord | EventRecord]:
 
 def _parse_plain(text: str, out: _Records, unknown: _Unknown) -> None:
     """The fast path: add the records of `text`, whose only whitespace is " " and "\n"."""
-    bodies, ints, tgids, scale = _bodies, _Ints(), _Tgids(), _SCALE
+    bodies, heads, scale = _bodies, _Heads(), _SCALE
     new = tuple.__new__  # a record without NamedTuple.__new__'s Python call
-    for comm, tid, tgid, cpu, flags, sec, usec, body in _TEXT_RE.findall(text):
+    for head, sec, usec, body in _TEXT_RE.findall(text):
+        tid, cpu, flags, tgid, comm = heads[head]
         parsed = bodies[body]
         if parsed is None:
-            ts = _ts_ns(sec, usec)
-            _add_special(ints[tid], ints[cpu], ts, flags, tgids[tgid], comm, body, out, unknown)
+            _add_special(tid, cpu, _ts_ns(sec, usec), flags, tgid, comm, body, out, unknown)
         elif len(parsed) == 5:
-            out.append(
-                new(
-                    FunctionRecord,
-                    (
-                        ints[tid],
-                        ints[cpu],
-                        int(sec + usec[:9]) * scale[len(usec)],  # _ts_ns, inline
-                        flags[2] != ".",
-                        *parsed,
-                        tgids[tgid],
-                        comm,
-                    ),
-                )
-            )
+            ts = int(sec + usec[:9]) * scale[len(usec)]  # _ts_ns, inline
+            out.append(new(FunctionRecord, (tid, cpu, ts, flags[2] != ".", *parsed, tgid, comm)))
         elif len(parsed) == 2 or not unknown:
             # An event; a return event with no kretprobe'd record waiting names no parent.
             ts = int(sec + usec[:9]) * scale[len(usec)]
-            name, rest = parsed[0], parsed[1]
-            out.append(new(EventRecord, (ints[tid], ints[cpu], ts, name, rest, tgids[tgid], comm)))
+            out.append(new(EventRecord, (tid, cpu, ts, parsed[0], parsed[1], tgid, comm)))
         else:
-            ts = _ts_ns(sec, usec)
-            _add_special(ints[tid], ints[cpu], ts, flags, tgids[tgid], comm, body, out, unknown)
+            _add_special(tid, cpu, _ts_ns(sec, usec), flags, tgid, comm, body, out, unknown)
 
 
 def _ts_ns(sec: str, usec: str) -> int:
