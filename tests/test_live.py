@@ -71,8 +71,9 @@ class FakeInstance:
         pass
 
 
-def _capture(spec: str, pieces: list[str]) -> GraphCapture:
-    """A live system-scope capture of `spec` armed on a fake instance (no kernel)."""
+def _capture(spec: str, pieces: list[str], event: str = "e0") -> GraphCapture:
+    """A live system-scope capture of `spec` armed on a fake instance (no kernel);
+    `event`: vfs_write's return event, as the text names it."""
     capture = GraphCapture([parse_target(spec)], scope=Scope.of("system"))
     target = capture.targets[0]
     function = target.function or ""
@@ -82,7 +83,7 @@ def _capture(spec: str, pieces: list[str]) -> GraphCapture:
         )
     ]
     if spec == "kfunc:vfs_write":
-        capture._events, capture._returns = {0: "e0"}, {"e0": "vfs_write"}
+        capture._events, capture._returns = {0: event}, {event: "vfs_write"}
     capture._live = LiveState()
     capture._instance = FakeInstance(pieces)  # type: ignore[assignment]
     return capture
@@ -130,6 +131,59 @@ def test_each_write_comes_once_complete_and_as_the_whole_text_makes_it(how: str)
     key = lambda h: (h.tid, h.timestamp_ns)  # noqa: E731
     assert sorted(polled, key=key) == sorted(whole, key=key)
     assert all(h.retval == 1 and h.branches for h in polled)
+
+
+def _quick_cuts(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each context's poll took the one-build way (`_returned_hits`)."""
+    taken: list[bool] = []
+    quick = graph_live._returned_hits
+
+    def spy(*args: object) -> object:
+        found = quick(*args)  # type: ignore[arg-type]
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(graph_live, "_returned_hits", spy)
+    return taken
+
+
+@pytest.mark.parametrize("how", ["whole", "lines", "cut"])
+def test_a_narrowed_stream_is_cut_at_its_last_return_in_one_build(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A system-wide trace narrowed to vfs_write records a write as its entry and its
+    return event (tests/data, a live --all trace in the 6.12 guest). A poll hands over
+    the writes up to the last return event it read, built once, and they are what
+    the whole text makes."""
+    text = (DATA / "ftrace-6.12-vfs_write-narrowed.txt").read_text()
+    pieces = _pieces(text, how)
+    capture = _capture("kfunc:vfs_write", pieces, event="e1")
+    taken = _quick_cuts(monkeypatch)
+    polled: list[Hit] = []
+    handing = 0  # polls that handed hits over
+    for _ in pieces:
+        hits = capture.poll()
+        polled.extend(hits)
+        handing += bool(hits)
+    assert len(polled) == 80 and capture.stop().hits == []
+    assert polled == _whole(capture, text)
+    assert all(h.retval == 1 and len(h.branches) == 2 for h in polled)
+    # Every poll that read a return event handed its writes over the quick way.
+    assert handing and taken.count(True) == handing
+
+
+def test_records_whose_nesting_looks_ahead_are_built_the_general_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vfs_write's own calls name parents entered unseen: nesting them asks which
+    frames later records show still running. Cut at a return event, a later record
+    could change the answer, so the poll does not take the one-build way."""
+    text = _writes([286], repeat=3)
+    capture = _capture("kfunc:vfs_write", text.splitlines(keepends=True))
+    taken = _quick_cuts(monkeypatch)
+    polled = _stream(capture, len(text.splitlines()))
+    assert polled == _whole(capture, text)
+    assert taken and not any(taken)
 
 
 def test_a_hit_waits_for_its_return_event_and_its_records_are_dropped() -> None:

@@ -56,7 +56,9 @@ class Step:
 
 
 def reconstruct(
-    records: Iterable[FunctionRecord | EventRecord], returns: dict[str, str] | None = None
+    records: Iterable[FunctionRecord | EventRecord],
+    returns: dict[str, str] | None = None,
+    mentions: Mentions | None = None,
 ) -> Iterator[Step]:
     """Nest one thread's records into calls and returns.
 
@@ -71,10 +73,13 @@ def reconstruct(
     An event named in `returns` (a kretprobe event -> its function) is a real
     return: the innermost frame of that function and all above it are popped.
     Frames still open at the end are returned from, innermost first.
+    `mentions`: the records' `Mentions`, when the caller wants to ask it afterwards
+    (`looked_past_end`).
     """
     returns = returns or {}
     records = list(records)
-    mentions = Mentions(records, returns)
+    if mentions is None:
+        mentions = Mentions(records, returns)
     stack: list[Frame] = []
 
     def pop_to(depth: int) -> Iterator[Step]:
@@ -129,6 +134,9 @@ class Mentions:
     ) -> None:
         #: function -> (record indexes, whether that record shows it running)
         self._at: dict[str, tuple[list[int], list[bool]]] = {}
+        #: Some answer came from no record naming the function after the index
+        #: asked: records after these could change it (and so how they nest).
+        self.looked_past_end = False
         at = self._at
 
         def add(func: str, index: int, running: bool) -> None:
@@ -151,10 +159,11 @@ class Mentions:
     def running(self, func: str, index: int) -> bool:
         """Whether the first record after `index` that names `func` shows it still running."""
         at = self._at.get(func)
-        if at is None:
+        k = bisect.bisect_right(at[0], index) if at is not None else 0
+        if at is None or k == len(at[0]):
+            self.looked_past_end = True
             return False
-        k = bisect.bisect_right(at[0], index)
-        return k < len(at[0]) and at[1][k]
+        return at[1][k]
 
     def innermost_running(self, stack: Sequence[Frame], index: int) -> int | None:
         """Index of the innermost frame of `stack` known to be running after record `index`."""

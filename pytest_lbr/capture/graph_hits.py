@@ -143,7 +143,10 @@ class HitBuilder:
     interrupts: bool = False
 
     def build(
-        self, records: Iterable[FunctionRecord | EventRecord], exits: dict[int, list[RawHit]]
+        self,
+        records: Iterable[FunctionRecord | EventRecord],
+        exits: dict[int, list[RawHit]],
+        open_ended: list[bool] | None = None,
     ) -> list[Hit]:
         """`build_hits` of `records` and the fexit records `exits` (by target index)."""
         return build_hits(
@@ -155,6 +158,7 @@ class HitBuilder:
             self.user,
             {i: exits.get(i, []) for i in self.exit_targets},
             interrupts=self.interrupts,
+            open_ended=open_ended,
         )
 
 
@@ -168,6 +172,7 @@ def build_hits(
     exits: dict[int, list[RawHit]] | None = None,
     *,
     interrupts: bool = False,
+    open_ended: list[bool] | None = None,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
@@ -177,6 +182,9 @@ def build_hits(
     a kfunc's return value, a uprobe's event); `returns` maps a kretprobe event
     to its function; `user[i]` holds the symbols of uprobe target i's binary;
     `exits[i]` holds the fexit records of program target i (its runs' returns).
+    `open_ended`, if given, gets True added when nesting a thread's records
+    looked for records after its last one (`Mentions.looked_past_end`): more
+    records could nest them differently.
 
     Records made in interrupt context are dropped, or with `interrupts` kept
     as a context of their own beside the interrupted thread's (a NAPI poll
@@ -232,7 +240,10 @@ def build_hits(
     hits: list[Hit] = []
     for (tid, irq, inner), recs in contexts.items():
         recs = _without_exit_hooks(recs, hook_times)
-        steps = list(reconstruct(recs, returns))
+        mentions = Mentions(recs, returns)
+        steps = list(reconstruct(recs, returns, mentions))
+        if open_ended is not None and mentions.looked_past_end:
+            open_ended.append(True)
         mine = exits_in.get((tid, irq, inner), {})
         found: list[Hit] = []
         for i, target in enumerate(targets):

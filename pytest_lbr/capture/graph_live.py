@@ -135,6 +135,32 @@ def settle(live: LiveState, builder: HitBuilder, final: bool, now: float, now_ns
     return out
 
 
+def _returned_hits(
+    builder: HitBuilder, records: list[FunctionRecord | EventRecord]
+) -> tuple[list[Hit], int] | None:
+    """The quick way for kernel functions with a return event (the usual live
+    target): the hits of the records up to the last return event, with that cut,
+    when every one of them has returned and nesting them never looked past the
+    cut (`Mentions.looked_past_end`), so no record after it can change them. One
+    build, where the general way builds twice. None: take the general way."""
+    targets = builder.targets
+    if not all(t.kind == "kfunc" and i in builder.events for i, t in enumerate(targets)):
+        return None
+    returns, cut = builder.returns, len(records)
+    while cut:
+        last = records[cut - 1]
+        if isinstance(last, EventRecord) and last.name in returns:
+            break
+        cut -= 1
+    if not cut:
+        return None
+    open_ended: list[bool] = []
+    hits = builder.build(records[:cut], {}, open_ended)
+    if open_ended or any(h.retval is None for h in hits):
+        return None
+    return hits, cut
+
+
 def _complete_hits(
     builder: HitBuilder,
     records: list[FunctionRecord | EventRecord],
@@ -145,6 +171,9 @@ def _complete_hits(
     """One context's complete hits that its records up to a cut make alone, and
     the cut: the index of the first record a hit not handed over may use (or a
     tracepoint's next hit, as its calls)."""
+    returned = _returned_hits(builder, records)
+    if returned is not None:
+        return returned
     targets = builder.targets
     hits = builder.build(records, exits)
     times = [r.ts_ns for r in records]
