@@ -84,7 +84,13 @@ _IRQ_EDGE_FUNC = frozenset(
 
 def _interrupt_edge(r: FunctionRecord) -> bool:
     """A record of interrupt entry/exit code that ftrace's flags do not mark as irq."""
-    return r.func in _IRQ_EDGE_FUNC or bool(r.parent and _IRQ_EDGE_PARENT.match(r.parent))
+    return r.func in _IRQ_EDGE_FUNC or bool(r.parent and _interrupt_edge_parent(r.parent))
+
+
+@functools.lru_cache(maxsize=4096)
+def _interrupt_edge_parent(parent: str) -> bool:
+    """`_IRQ_EDGE_PARENT`, asked once per name (it is asked for every record)."""
+    return _IRQ_EDGE_PARENT.match(parent) is not None
 
 
 def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRecord]) -> set[int]:
