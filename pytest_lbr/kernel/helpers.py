@@ -11,7 +11,7 @@ Everything here is read from the kernel, never from a table kept by hand:
   (BPF_OBJ_GET_INFO_BY_FD xlated_prog_insns): for root the kernel leaves each
   helper call's `imm` as `func - __bpf_call_base`, and dumps a tail call as a
   call with imm BPF_FUNC_tail_call (kernel/bpf/syscall.c, bpf_insn_prepare_dump);
-- which programs a program can tail-call, from its program-array maps.
+- which programs a program can tail-call, from the program-array maps it uses.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from pytest_lbr.libbpf import BpfError, btf_type, check_int, lib, prog_info
 
 __all__ = [
     "BPF_FUNC_TAIL_CALL",
+    "BPF_MAP_TYPE_PROG_ARRAY",
     "Insn",
     "XlatedCall",
     "decode_insns",
     "helper_ids",
     "helper_implementations",
+    "map_type",
     "object_helper_calls",
     "prog_array_members",
     "remember_written",
@@ -47,7 +49,6 @@ _BPF_CALL = 0x85  # BPF_JMP | BPF_CALL
 _PSEUDO_CALL = 1  # src_reg of a call into a subprogram of the same program
 _PSEUDO_KFUNC_CALL = 2
 _BTF_KIND_ENUM = 6
-_BPF_MAP_TYPE_PROG_ARRAY = 3
 _PT_LOAD = 1
 
 
@@ -242,34 +243,49 @@ class _bpf_map_info(Structure):  # noqa: N801 -- uapi name; the head we read
     ]
 
 
-def prog_array_members(fd: int) -> list[int]:
-    """Ids of the programs in the program arrays the program behind `fd` uses
-    (what its tail calls can enter); raises BpfError."""
-    info, _ = prog_info(fd)
-    _, bufs = prog_info(fd, map_ids=("nr_map_ids", info.nr_map_ids, c_uint32))
-    out: list[int] = []
-    for map_id in list(bufs["map_ids"])[: info.nr_map_ids]:
-        try:
-            mfd = check_int(lib.bpf_map_get_fd_by_id(map_id), f"bpf_map_get_fd_by_id({map_id})")
-        except BpfError:
-            continue  # gone, or not ours to open
-        try:
-            minfo = _bpf_map_info()
-            size = c_uint32(ctypes.sizeof(minfo))
-            check_int(
-                lib.bpf_obj_get_info_by_fd(mfd, ctypes.byref(minfo), ctypes.byref(size)),
-                "bpf_obj_get_info_by_fd",
-            )
-            if minfo.type != _BPF_MAP_TYPE_PROG_ARRAY:
-                continue
-            for key in range(minfo.max_entries):
-                # A lookup in a program array from user space gives the program's id.
-                k, v = c_uint32(key), c_uint32(0)
-                if lib.bpf_map_lookup_elem(mfd, ctypes.byref(k), ctypes.byref(v)) == 0:
-                    out.append(v.value)
-        finally:
-            os.close(mfd)
-    return out
+#: BPF_MAP_TYPE_PROG_ARRAY: the map a program's tail calls go through.
+BPF_MAP_TYPE_PROG_ARRAY = 3
+
+
+def _open_map(map_id: int) -> tuple[int, _bpf_map_info]:
+    """(an fd of map `map_id`, the head of its info); the caller closes the fd. Raises BpfError."""
+    mfd = check_int(lib.bpf_map_get_fd_by_id(map_id), f"bpf_map_get_fd_by_id({map_id})")
+    try:
+        minfo = _bpf_map_info()
+        size = c_uint32(ctypes.sizeof(minfo))
+        check_int(
+            lib.bpf_obj_get_info_by_fd(mfd, ctypes.byref(minfo), ctypes.byref(size)),
+            "bpf_obj_get_info_by_fd",
+        )
+    except BpfError:
+        os.close(mfd)
+        raise
+    return mfd, minfo
+
+
+def map_type(map_id: int) -> int:
+    """The type (BPF_MAP_TYPE_*) of map `map_id`; raises BpfError (ENOENT: gone)."""
+    mfd, minfo = _open_map(map_id)
+    os.close(mfd)
+    return int(minfo.type)
+
+
+def prog_array_members(map_id: int) -> list[int]:
+    """Ids of the programs in program array `map_id` (what tail calls through it can
+    enter; [] for another type of map); raises BpfError (ENOENT: gone)."""
+    mfd, minfo = _open_map(map_id)
+    try:
+        if minfo.type != BPF_MAP_TYPE_PROG_ARRAY:
+            return []
+        out: list[int] = []
+        for key in range(minfo.max_entries):
+            # A lookup in a program array from user space gives the program's id.
+            k, v = c_uint32(key), c_uint32(0)
+            if lib.bpf_map_lookup_elem(mfd, ctypes.byref(k), ctypes.byref(v)) == 0:
+                out.append(v.value)
+        return out
+    finally:
+        os.close(mfd)
 
 
 # prog id -> the object's instructions (libbpf's, after load): registered by the

@@ -87,7 +87,7 @@ class Symbolizer:
         refreshed = False
         if self._bpf_read and any(not self.kallsyms.in_core(a) for a in addrs):
             # BPF programs come and go, and a new one may be JITed where an unloaded
-            # one was: re-read the (few) live programs once per batch, so a stale
+            # one was: learn where the live programs are once per batch, so a stale
             # table never names the new program after the old one.
             self._refresh_bpf()
         for addr in sorted(addrs):

@@ -259,22 +259,22 @@ def describe_calls(
     return ProgramCalls(code.name, code.prog_id, code.functions, calls)
 
 
-def tail_callers(programs: Mapping[int, tuple[int, ProgramCalls]]) -> dict[int, tuple[str, ...]]:
+def tail_callers(arrays: Mapping[int, Sequence[str]]) -> dict[int, tuple[str, ...]]:
     """prog id -> names of the programs whose program arrays hold it.
 
-    `programs`: prog id -> (an open fd, its calls); only programs with a tail
-    call site are asked for their program arrays.
+    `arrays`: program-array map id -> names of the programs that use it (the
+    verifier lets a program use a program array only for its tail calls). Read
+    anew each time: a program array changes while its programs stay.
     """
     out: dict[int, list[str]] = {}
-    for fd, prog in programs.values():
-        if not any(c.fate == "tail call" for c in prog.calls):
-            continue
+    for map_id, users in arrays.items():
         try:
-            members = prog_array_members(fd)
+            members = prog_array_members(map_id)
         except BpfError:
-            continue
+            continue  # gone, or not ours to open
         for member in members:
             names = out.setdefault(member, [])
-            if prog.program not in names:
-                names.append(prog.program)
+            for user in users:
+                if user not in names:
+                    names.append(user)
     return {k: tuple(v) for k, v in out.items()}

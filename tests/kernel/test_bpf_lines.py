@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.symbols import get_symbolizer
-from pytest_lbr.symbols.bpfprog import read_program
+from pytest_lbr.symbols.bpfprog import read_program, read_span
 from pytest_lbr.symbols.kallsyms import KernelSymbols
 from tests.bpf.objects import bpf_object, require_root
 
 pytestmark = pytest.mark.kernel
 
 SRC = Path(__file__).resolve().parents[1] / "bpf" / "xdp_helpers.bpf.c"
+TAIL_LOOP = Path(__file__).resolve().parents[2] / "examples" / "tail_loop" / "build"
 
 
 def _body_lines(name: str) -> range:
@@ -58,6 +59,60 @@ def test_jit_addresses_resolve_to_c_source_lines() -> None:
         loc = sym.locate(mid)
         assert loc.symbol == "note_cpu" and loc.offset == 1 and loc.line in bodies["note_cpu"]
         assert str(loc).startswith("note_cpu+0x1 (") and "xdp_helpers.bpf.c:" in str(loc)
+
+
+def test_only_the_program_an_address_falls_in_is_read() -> None:
+    """Four programs loaded, an address in one: only that one's tables are read. A
+    program unloaded between the refresh and its first address gives no location."""
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    sym = get_symbolizer()
+    with BpfObject(bpf_object("xdp_helpers")) as obj:
+        ids = {name: p.id for name, p in obj.programs.items()}
+        assert len(ids) == 4, ids
+        spans = {name: read_span(p.fd) for name, p in obj.programs.items()}
+        start = spans["xdp_helpers"].functions[0][0]
+        loc = sym.locate(start + 1)
+        assert loc.symbol == "xdp_helpers" and loc.line, loc
+        assert loc.program is not None and loc.program.calls, loc
+        assert set(ids.values()) <= set(sym.bpf.spans)
+        assert set(ids.values()) & set(sym.bpf.programs) == {ids["xdp_helpers"]}
+        assert sym.bpf.spans[ids["xdp_cpu"]].functions == spans["xdp_cpu"].functions
+        # Asked for by id: read now, once.
+        cpu = sym.bpf.read(ids["xdp_cpu"])
+        assert cpu is not None and [f.name for f in cpu.funcs] == ["xdp_cpu"]
+        assert sym.bpf.read(ids["xdp_cpu"]) is cpu
+    cpu_addr = spans["xdp_cpu"].functions[0][0]
+    lru_addr = spans["xdp_lru"].functions[0][0]
+    lru = ids["xdp_lru"]
+    # Unloaded after the refresh that saw it, before any address fell in it.
+    assert lru in sym.bpf.spans and lru not in sym.bpf.programs
+    assert sym.bpf.locate(lru_addr) is None
+    assert lru not in sym.bpf.spans and sym.bpf.read(lru) is None
+    # Read before the unload: forgotten at the next refresh, never named again.
+    assert sym.locate(cpu_addr).symbol != "xdp_cpu"
+    assert ids["xdp_cpu"] not in sym.bpf.programs
+
+
+def test_a_tail_call_target_read_alone_knows_its_callers() -> None:
+    """Its callers' program arrays are read without reading the callers' tables."""
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    sym = get_symbolizer()
+    with BpfObject(TAIL_LOOP / "tail_loop.bpf.o") as obj:
+        obj.maps["stages"].update(0, obj.programs["stage2"].fd)
+        stage2 = read_span(obj.programs["stage2"].fd)
+        loc = sym.locate(stage2.functions[0][0])
+        assert loc.symbol == "stage2" and loc.program is not None, loc
+        assert loc.program.tail_called_by == ("entry",)
+        assert obj.programs["entry"].id not in sym.bpf.programs
+        # The array emptied: the next refresh says so.
+        obj.maps["stages"].delete(0)
+        sym.bpf.refresh()
+        calls = sym.bpf.programs[obj.programs["stage2"].id].calls
+        assert calls is not None and calls.tail_called_by == ()
 
 
 @pytest.mark.allow_skip
