@@ -51,14 +51,6 @@ class ProgramLines:
     #: Its helper calls as written and as translated (None: not described).
     calls: ProgramCalls | None = None
 
-    @property
-    def start(self) -> int:
-        return min(f.start for f in self.funcs)
-
-    @property
-    def end(self) -> int:
-        return max(f.end for f in self.funcs)
-
     def locate(self, addr: int) -> Location | None:
         """The Location of `addr` if it is inside this program's JIT image."""
         for fn in self.funcs:
