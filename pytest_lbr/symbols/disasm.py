@@ -221,22 +221,20 @@ def function_code(symbolizer: Symbolizer, addr: int) -> tuple[int, bytes]:
     if loc.symbol is None:
         raise ValueError(f"{addr:#x}: no symbol, cannot find its function")
     start = addr - loc.offset
-    if loc.module == "bpf":
-        for prog in symbolizer.bpf.programs.values():
-            if prog.locate(addr) is None:
-                continue
-            fd = lib.bpf_prog_get_fd_by_id(prog.prog_id)
-            if fd < 0:
-                raise OSError(ctypes.get_errno(), f"cannot open BPF program {prog.prog_id}")
-            try:
-                _, image = jited_image(fd)
-            finally:
-                os.close(fd)
-            pos = 0
-            for fn in prog.funcs:
-                if fn.start == start:
-                    return start, image[pos : pos + fn.end - fn.start]
-                pos += fn.end - fn.start
+    prog = symbolizer.bpf.program_at(addr) if loc.module == "bpf" else None
+    if prog is not None and prog.locate(addr) is not None:
+        fd = lib.bpf_prog_get_fd_by_id(prog.prog_id)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), f"cannot open BPF program {prog.prog_id}")
+        try:
+            _, image = jited_image(fd)
+        finally:
+            os.close(fd)
+        pos = 0
+        for fn in prog.funcs:
+            if fn.start == start:
+                return start, image[pos : pos + fn.end - fn.start]
+            pos += fn.end - fn.start
     end = symbolizer.kallsyms.end_of(addr) or start + 4096
     size = min(end - start, 1 << 20)
     if symbolizer.lines is not None and loc.module is None:
