@@ -2,9 +2,10 @@
 
 `HookSet(targets, snapshot=...)` loads the tracer once for the kprobe,
 kprobe.multi, tracepoint and uprobe kinds, and once more per fentry/fexit
-target (their attach target is fixed at load time). Every object shares one
-ring buffer, the per-CPU snapshot slots, the lost counter and the armed switch
-through reused map fds. Nothing is pinned; `close()` releases every link and object, also when
+target (their attach target is fixed at load time). Every object of a set shares
+the first one's ring buffer, per-CPU snapshot slots, lost counter and armed switch
+through reused map fds; the large maps may come from a session's spare sets
+(`capture/tracer_maps.py`). Nothing is pinned; `close()` releases every link and object, also when
 attaching fails half way.
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
-from pytest_lbr.capture.tracer_maps import TracerMaps
+from pytest_lbr.capture.tracer_maps import POOLED, TracerMaps
 from pytest_lbr.capture.tracer_object import (
     tracer_image,
     tracer_layout,
@@ -69,7 +70,7 @@ __all__ = ["DEFAULT_GLOB_FALLBACK", "HookSet", "try_load_fexit"]
 #: So kprobe is the default: it scales to a whole subsystem glob.
 DEFAULT_GLOB_FALLBACK = "kprobe"
 
-#: The maps every loaded tracer object shares with the first: (key, map name).
+#: The maps every tracer object of a set shares with its first: (key, map name).
 _SHARED_MAPS = (
     ("ringbuf", b"lbr_events"),
     ("bss", b".bss"),
@@ -104,8 +105,9 @@ class HookSet:
     directory) keeps the tasks in it and its descendants instead. `interrupts`
     keeps hits in interrupt context (default: only where every task is traced,
     tgid 0); `skip_tgid` is never recorded. The kernel filters: uprobes see every
-    process but `skip_tgid`. `maps` (a session's `TracerMaps`) lends the maps the
-    set's objects share and takes them back at `close` when they are clean.
+    process but `skip_tgid`. `maps` (a session's `TracerMaps`) lends the large
+    maps the set's objects share and takes them back at `close` when they are
+    clean; the lost counter and the armed switch are always the set's own.
     `kernel_config=False` leaves the kernel addresses and offsets out of the
     tracer's config (a probe that only loads needs none; finding them reads
     kallsyms and the kernel's BTF).
@@ -152,7 +154,7 @@ class HookSet:
         self._shared: dict[str, int] = {}
         #: The session's spare map sets: this set's maps come from there and go back.
         self._maps = maps
-        #: The set `maps` lent (its fds are this hook set's until `close`).
+        #: The set `maps` lent (`POOLED` fds, this hook set's until `close`).
         self._lent: dict[str, int] | None = None
         self._refs: list[Any] = []
         self._object: Path | None = None
@@ -180,7 +182,6 @@ class HookSet:
                 self._lent = self._maps.lend()
                 if self._lent is not None:
                     self._shared = dict(self._lent)
-                    self._seed()
             if self.children and self.tgid:
                 self._attach_fork()
             for index, target in enumerate(self.targets):
@@ -208,7 +209,7 @@ class HookSet:
         spare = self._lent
         if clean and spare is None and self._shared:
             # The first object's fds: the set outlives it.
-            spare = {key: os.dup(fd) for key, fd in self._shared.items()}
+            spare = {key: os.dup(self._shared[key]) for key in POOLED}
         while self._objs:
             lib.bpf_object__close(self._objs.pop())
         self._images.clear()
@@ -221,16 +222,16 @@ class HookSet:
             if clean:
                 self._maps.give_back(spare)
             else:
-                for fd in spare.values():
-                    os.close(fd)
+                self._maps.discard(spare)
 
     def _clean_maps(self) -> bool:
-        """Whether this set's maps may serve another hook set once read to the end:
-        they exist, hold no followed tgids or cgroup, and were disarmed first."""
-        if self._maps is None or not self._shared or (self.children and self.tgid):
+        """Whether this set's pooled maps may serve another hook set once read to
+        the end: a session lends them, they hold no followed tgids, and every hook
+        was disarmed first (or none was loaded: a lent set is as it came)."""
+        if self._maps is None or (self.children and self.tgid):
             return False
-        if self.cgroup is not None:
-            return False
+        if "armed" not in self._shared:
+            return True
         try:
             self.set_armed(False)  # before the links go: no hook writes after the read
         except (CaptureError, OSError):
@@ -325,7 +326,8 @@ class HookSet:
         return kind, int(self.interrupts or not tgid)
 
     def _seed(self) -> None:
-        """Fill the scope's maps right after the first load, before anything attaches."""
+        """Fill the scope's maps right after the first load (the cgroup array is the
+        set's own, made by that load), before anything attaches."""
         if self.children and self.tgid:
             key, one = c_uint32(self.tgid), ctypes.c_uint8(1)
             check_int(
@@ -422,9 +424,13 @@ class HookSet:
                     "this kernel does not allow tracing programs here (lockdown or missing CAP_BPF)"
                 ) from None
             raise
-        if not self._shared:
+        if "armed" not in self._shared:
+            # The set's first object: the maps it made (all, or those not lent) are
+            # the others'; the scope's maps are filled before anything attaches.
             for key, name in _SHARED_MAPS:
-                self._shared[key] = lib.bpf_map__fd(lib.bpf_object__find_map_by_name(obj, name))
+                if key not in self._shared:
+                    m = lib.bpf_object__find_map_by_name(obj, name)
+                    self._shared[key] = lib.bpf_map__fd(m)
             self._seed()
 
     def _prog_in(self, obj: int, name: str) -> int:

@@ -1,37 +1,40 @@
-"""Spare sets of the LBR tracer's shared maps, lent from one hook set to the next.
+"""Spare sets of the LBR tracer's large shared maps, lent from one hook set to the next.
 
 Every `HookSet` needs the maps its tracer objects share: a 4 MiB ring buffer,
-the per-CPU snapshot slots (.bss, 776 KiB), the lost counter, the armed switch,
-the followed-tgid hash and the cgroup array. Creating them is most of loading a
-hook: 17 of 21 ms in the 6.12 guest (TCG; with them lent, the load took 4.5 ms:
-the verifier's part). A session therefore keeps a few sets whose last hook set
-closed cleanly, reset, and lends them to its next hook sets (`HookSet(maps=...)`).
+the per-CPU snapshot slots (.bss, 776 KiB), the followed-tgid hash, the lost
+counter, the armed switch and the cgroup array. Creating the large ones was
+most of loading a hook: 17 of 21 ms in the 6.12 guest (TCG; with them lent, the
+load took 4.5 ms: the verifier's part). A session therefore keeps a few sets
+whose last hook set closed cleanly and lends them to its next hook sets
+(`HookSet(maps=...)`). Only the `POOLED` maps are kept: reusing a map costs
+libbpf's `bpf_map__reuse_fd()`, which opens "/" to reserve an fd number (about
+1 ms on the guests' 9p root), more than creating a one-entry map. So each hook
+set's first object makes its own lost counter, armed switch and cgroup array,
+new as the set starts: nothing to reset.
 
 A set comes back only if it is as new: its ring buffer read to the end after
-every link was gone, the lost counter and the armed switch reset. One that
-followed forks or a cgroup (whose maps hold entries) or that was not read after
-its last link went is closed instead. `close()` closes the spare sets; a set
+every link was gone, its tgid hash empty (a set that followed forks is closed
+instead, see `HookSet._clean_maps`). `close()` closes the spare sets; a set
 lent out is closed when given back after that.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
-from ctypes import c_uint32, c_uint64
 
-from pytest_lbr.libbpf import check_int, lib
-
-__all__ = ["SPARE_SETS", "TracerMaps"]
+__all__ = ["POOLED", "SPARE_SETS", "TracerMaps"]
 
 #: Sets a session keeps ready: a trace's own hook set and a kept program's hook
 #: set may be closed together.
 SPARE_SETS = 2
 
+#: The keys (`HookSet`'s names for the shared maps) of the maps a spare set holds.
+POOLED = ("ringbuf", "bss", "tgids")
+
 
 class TracerMaps:
-    """A session's spare tracer map sets (map name key -> fd, owned here)."""
+    """A session's spare tracer map sets (`POOLED` key -> fd, owned here)."""
 
     def __init__(self, spare: int = SPARE_SETS) -> None:
         self.spare = spare
@@ -40,28 +43,26 @@ class TracerMaps:
         self._closed = False
 
     def lend(self) -> dict[str, int] | None:
-        """A spare set, now the caller's until `give_back` (None: none spare)."""
+        """A spare set, now the caller's until `give_back` or `discard` (None: none spare)."""
         with self._lock:
             return self._free.pop() if self._free else None
 
     def give_back(self, fds: dict[str, int]) -> None:
-        """Keep `fds` (the caller's own fds of a clean set, its ring buffer read to
-        the end) for the next hook set, reset; close them when enough are spare."""
+        """Keep `fds` (the caller's own fds of a clean set: its ring buffer read to
+        the end, its tgid hash empty) for the next hook set; close them when
+        enough are spare."""
         with self._lock:
             keep = not self._closed and len(self._free) < self.spare
-        if keep:
-            try:
-                _reset(fds)
-            except OSError:
-                keep = False
-        if not keep:
-            _close(fds)
-            return
-        with self._lock:
-            if self._closed:
-                _close(fds)
-            else:
+            if keep:
                 self._free.append(fds)
+        if not keep:
+            self.discard(fds)
+
+    @staticmethod
+    def discard(fds: dict[str, int]) -> None:
+        """Close a set that may not serve again (lent, or the caller's own fds)."""
+        for fd in fds.values():
+            os.close(fd)
 
     def close(self) -> None:
         """Close every spare set (idempotent); sets given back later are closed."""
@@ -69,22 +70,7 @@ class TracerMaps:
             self._closed = True
             free, self._free = self._free, []
         for fds in free:
-            _close(fds)
+            self.discard(fds)
 
     def __len__(self) -> int:
         return len(self._free)
-
-
-def _reset(fds: dict[str, int]) -> None:
-    """The counters as a new object starts them: nothing lost, armed."""
-    key = c_uint32(0)
-    for name, value in (("lost", c_uint64(0)), ("armed", c_uint32(1))):
-        check_int(
-            lib.bpf_map_update_elem(fds[name], ctypes.byref(key), ctypes.byref(value), 0),
-            f"reset the tracer's {name} map",
-        )
-
-
-def _close(fds: dict[str, int]) -> None:
-    for fd in fds.values():
-        os.close(fd)

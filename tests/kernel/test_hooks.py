@@ -16,7 +16,7 @@ import pytest
 
 from pytest_lbr.capture.hooks import DEFAULT_GLOB_FALLBACK, HookSet
 from pytest_lbr.capture.records import RawHit
-from pytest_lbr.capture.tracer_maps import TracerMaps
+from pytest_lbr.capture.tracer_maps import POOLED, TracerMaps
 from pytest_lbr.libbpf import lib
 from pytest_lbr.targets import parse_target
 
@@ -93,6 +93,7 @@ def _map_id(fd: int) -> int:
 
 
 def test_a_sessions_spare_maps_come_back_clean_and_serve_the_next_hook_set() -> None:
+    fds_before = set(os.listdir("/proc/self/fd"))
     maps = TracerMaps()
     getppid = [parse_target("tp:syscalls/sys_enter_getppid")]
     with HookSet(getppid, snapshot=False, maps=maps) as first:
@@ -100,20 +101,39 @@ def test_a_sessions_spare_maps_come_back_clean_and_serve_the_next_hook_set() -> 
         os.getppid()  # left unread in the ring buffer
         key, lost = ctypes.c_uint32(0), ctypes.c_uint64(5)
         assert lib.bpf_map_update_elem(first._shared["lost"], byref(key), byref(lost), 0) == 0
-        first.set_armed(False)
     assert len(maps) == 1
     with HookSet(getppid, snapshot=False, maps=maps) as second:
         assert len(maps) == 0
-        assert {key: _map_id(fd) for key, fd in second._shared.items()} == ids
-        assert second.lost == 0  # reset
-        os.getppid()  # armed again
+        second_ids = {key: _map_id(fd) for key, fd in second._shared.items()}
+        assert {key: second_ids[key] for key in POOLED} == {key: ids[key] for key in POOLED}
+        # The lost counter and the armed switch are the set's own, new: the
+        # first set left its counter at 5 and its switch off.
+        assert {key: second_ids[key] for key in ("lost", "armed")} != {
+            key: ids[key] for key in ("lost", "armed")
+        }
+        assert second.lost == 0
+        os.getppid()
         hits = _mine(second.drain())
     assert len(hits) == 1  # its own: the first set's record was read when it closed
-    # A set that followed forks holds tgids: closed, never lent again.
+    # A set of two objects (the fork follower, then the tracepoint's) shares one
+    # armed switch; it followed forks, so its tgid hash is not empty: closed, never
+    # lent again.
     with HookSet(getppid, snapshot=False, children=True, maps=maps) as third:
-        assert {key: _map_id(fd) for key, fd in third._shared.items()} == ids
+        assert {key: _map_id(third._shared[key]) for key in POOLED} == {
+            key: ids[key] for key in POOLED
+        }
+        third.set_armed(False)
+        os.getppid()
+        assert _mine(third.drain()) == []
+        third.set_armed(True)
+        os.getppid()
+        assert len(_mine(third.drain())) == 1
     assert len(maps) == 0
+    with HookSet(getppid, snapshot=False, maps=maps) as fourth:
+        assert _map_id(fourth._shared["ringbuf"]) != ids["ringbuf"]
+    assert len(maps) == 1
     maps.close()
+    assert set(os.listdir("/proc/self/fd")) == fds_before  # nothing leaks
 
 
 def test_other_processes_are_filtered_out() -> None:
