@@ -15,15 +15,7 @@ import ctypes
 import errno
 import os
 import time
-from ctypes import (
-    CFUNCTYPE,
-    c_char_p,
-    c_int,
-    c_size_t,
-    c_uint32,
-    c_uint64,
-    c_void_p,
-)
+from ctypes import c_char_p, c_uint32, c_uint64
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +23,7 @@ from typing import Any
 
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
-from pytest_lbr.capture.tracer_maps import POOLED, TracerMaps
+from pytest_lbr.capture.tracer_maps import POOLED, MapSet, RingReader, TracerMaps
 from pytest_lbr.capture.tracer_object import (
     tracer_image,
     tracer_layout,
@@ -79,7 +71,6 @@ _SHARED_MAPS = (
     ("tgids", b"lbr_tgids"),
     ("cgroup", b"lbr_cgroup"),
 )
-_SAMPLE_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
 _BPF_PROG_TYPE_TRACING = 26
 
 
@@ -148,14 +139,13 @@ class HookSet:
         self._links: list[int] = []
         self._base: int | None = None
         self._uprobe_obj: int | None = None
-        self._rb: int | None = None
-        self._cb: Any = None
-        self._pending: list[bytes] = []
+        #: The ring's reader: the lent set's, or made once the first object loaded.
+        self._ring: RingReader | None = None
         self._shared: dict[str, int] = {}
         #: The session's spare map sets: this set's maps come from there and go back.
         self._maps = maps
-        #: The set `maps` lent (`POOLED` fds, this hook set's until `close`).
-        self._lent: dict[str, int] | None = None
+        #: The set `maps` lent (this hook set's until `close`).
+        self._lent: MapSet | None = None
         self._refs: list[Any] = []
         self._object: Path | None = None
         self._kernel_config = kernel_config
@@ -181,7 +171,8 @@ class HookSet:
             if self._maps is not None and not self._shared:
                 self._lent = self._maps.lend()
                 if self._lent is not None:
-                    self._shared = dict(self._lent)
+                    self._shared = dict(self._lent.fds)
+                    self._ring = self._lent.ring
             if self.children and self.tgid:
                 self._attach_fork()
             for index, target in enumerate(self.targets):
@@ -198,18 +189,19 @@ class HookSet:
         linked = bool(self._links)
         while self._links:
             lib.bpf_link__destroy(self._links.pop())
-        if self._rb is not None:
-            if clean:  # every link is gone: read what they wrote, so nothing is left
-                clean = lib.ring_buffer__consume(self._rb) >= 0
-                self._pending.clear()
-            lib.ring_buffer__free(self._rb)
-            self._rb = None
-        elif linked:
-            clean = False  # the hooks may have written what nobody read
+        ring, self._ring = self._ring, None
+        if ring is None:
+            clean = clean and not linked  # the hooks may have written what nobody read
+        elif clean:  # every link is gone: read what they wrote, so nothing is left
+            try:
+                ring.consume()
+            except OSError:
+                clean = False
+            ring.records.clear()
         spare = self._lent
-        if clean and spare is None and self._shared:
-            # The first object's fds: the set outlives it.
-            spare = {key: os.dup(self._shared[key]) for key in POOLED}
+        if clean and spare is None and ring is not None:
+            # The first object's maps and this set's reader: the set outlives them.
+            spare = MapSet({key: os.dup(self._shared[key]) for key in POOLED}, ring)
         while self._objs:
             lib.bpf_object__close(self._objs.pop())
         self._images.clear()
@@ -223,6 +215,8 @@ class HookSet:
                 self._maps.give_back(spare)
             else:
                 self._maps.discard(spare)
+        elif ring is not None:
+            ring.close()
 
     def _clean_maps(self) -> bool:
         """Whether this set's pooled maps may serve another hook set once read to
@@ -247,17 +241,16 @@ class HookSet:
 
     def poll(self, timeout_ms: int = 0) -> list[RawHit]:
         """Hits that arrived so far (waits up to `timeout_ms` for the first)."""
-        if self._rb is None:
+        if self._ring is None:
             return []
-        check_int(lib.ring_buffer__poll(self._rb, timeout_ms), "ring_buffer__poll")
+        self._ring.poll(timeout_ms)
         return self._take()
 
     def drain(self) -> list[RawHit]:
         """Every hit still in the ring buffer."""
-        if self._rb is None:
+        if self._ring is None:
             return []
-        while check_int(lib.ring_buffer__consume(self._rb), "ring_buffer__consume") > 0:
-            pass
+        self._ring.consume()
         return self._take()
 
     @property
@@ -284,23 +277,14 @@ class HookSet:
         )
 
     def _take(self) -> list[RawHit]:
-        records, self._pending = self._pending, []
+        assert self._ring is not None
+        records, self._ring.records = self._ring.records, []
         layout = tracer_layout(self._object)
         return [decode_record(r, layout) for r in records]
 
     def _open_ringbuf(self) -> None:
-        if "ringbuf" not in self._shared:
-            return
-
-        def on_sample(_ctx: int | None, data: int, size: int) -> int:
-            self._pending.append(ctypes.string_at(data, size))
-            return 0
-
-        self._cb = _SAMPLE_CB(on_sample)
-        rb = lib.ring_buffer__new(self._shared["ringbuf"], self._cb, None, None)
-        if not rb:
-            raise BpfError(ctypes.get_errno() or errno.EINVAL, "ring_buffer__new")
-        self._rb = rb
+        if self._ring is None and "ringbuf" in self._shared:
+            self._ring = RingReader(self._shared["ringbuf"])
 
     def load_fexit(self, function: str) -> None:
         """Load (never attach) the fexit tracer on kernel `function`; raises if refused."""
