@@ -126,7 +126,10 @@ class ProgramSpan:
     map_ids: tuple[int, ...]
 
     def __contains__(self, addr: int) -> bool:
-        return any(start <= addr < end for start, end in self.functions)
+        for start, end in self.functions:  # a loop, not any(): asked for every address
+            if start <= addr < end:
+                return True
+        return False
 
 
 #: Functions and maps one bpf_prog_info call makes room for: more takes a second call.
@@ -183,6 +186,8 @@ class BpfPrograms:
         self._map_types: dict[int, int] = {}
         #: prog id -> programs whose tail calls can enter it; None: not read since refresh.
         self._callers: dict[int, tuple[str, ...]] | None = None
+        #: The span `program_at` found last.
+        self._last: ProgramSpan | None = None
 
     def refresh(self) -> None:
         """Learn where every program loaded since the last refresh is, and forget the
@@ -247,8 +252,12 @@ class BpfPrograms:
 
     def program_at(self, addr: int) -> ProgramLines | None:
         """The tables of the program whose JITed code holds `addr` (read if need be)."""
+        last = self._last  # a trace's addresses come mostly from one program
+        if last is not None and addr in last and self.spans.get(last.prog_id) is last:
+            return self.read(last.prog_id)
         for span in self.spans.values():
             if addr in span:
+                self._last = span
                 return self.read(span.prog_id)
         return None
 
