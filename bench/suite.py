@@ -69,9 +69,10 @@ LIMITS = {
     "loss": "see the throughput table: lost != true loss means the lost counter misses drops",
     "soak": "see section 6: the count that grew, and RSS",
     "pertest30": "see section 3 and docs/architecture.md: a program loaded per test needs "
-    "a new fexit hook per test (its attach target is fixed at load: ~0.03 s under TCG, "
-    "much of it libbpf reusing the session's spare maps over the 9p root); the rest is "
-    "reading, cutting and naming the trace in Python, and naming the new program",
+    "a new fexit hook per test (its attach target is fixed at load: ~0.017 s under TCG, "
+    "about a third of it libbpf opening the object and reusing the session's spare maps, "
+    'each reuse an open("/") on the 9p root); the rest is reading, cutting and naming '
+    "the trace in Python, and reading the new program's tables",
     "pertest": "see section 3: each trace of a program loads, verifies and attaches the "
     "fexit hook that gives its return value (~0.1-0.2 s under TCG), and reads, parses and "
     "symbolizes the ring buffer's text in Python",
