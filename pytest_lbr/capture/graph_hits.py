@@ -686,22 +686,15 @@ def _when(steps: list[Step], step: Step) -> tuple[int, int]:
     return 0, 0
 
 
-#: Branches made so far, by what makes them (`_branch`): the same call sites come
-#: back hit after hit, poll after poll, so each is built (and named, which goes by
-#: object) once. Branches are frozen: hits may share them. Emptied when full.
-_BRANCH_CACHE_SIZE = 1 << 14
-_branches: dict[tuple[object, ...], Branch] = {}
-
-
 def _append(hit: Hit, step: Step) -> None:
     frame = step.frame
     if frame is None:
         return
     call = frame.call
     if call is None:
-        key: tuple[object, ...] = (step.kind == "call", frame.addr, frame.func)
+        branch = _branch(step.kind == "call", frame.addr, frame.func, None, None, 0)
     else:
-        key = (
+        branch = _branch(
             step.kind == "call",
             frame.addr,
             frame.func,
@@ -709,11 +702,6 @@ def _append(hit: Hit, step: Step) -> None:
             call.parent,
             call.parent_off,
         )
-    branch = _branches.get(key)
-    if branch is None:
-        if len(_branches) >= _BRANCH_CACHE_SIZE:
-            _branches.clear()
-        branch = _branches[key] = _branch(step.kind, frame)
     hit.raw_branches.append(branch)
     for f in step.stack:  # a loop, not any(): this runs for every step of every hit
         if f.func in PROBE_HANDLERS:
@@ -721,21 +709,26 @@ def _append(hit: Hit, step: Step) -> None:
     hit.branches.append(branch)
 
 
-def _branch(kind: str, frame: Frame) -> Branch:
-    """The branch of a call into `frame` or a return from it."""
-    call = frame.call
-    entry = Location(frame.addr, frame.func, 0)
-    if call is None:
+#: The same call sites come back hit after hit, poll after poll: each branch is
+#: built (and named, which goes by object) once. Branches are frozen: hits share them.
+@functools.lru_cache(maxsize=1 << 14)
+def _branch(
+    call: bool, addr: int, func: str, site_addr: int | None, site: str | None, site_off: int
+) -> Branch:
+    """The branch of a call into function `func` (at `addr`) or a return from it;
+    `site_addr` None: entered unseen, its caller unknown."""
+    entry = Location(addr, func, 0)
+    if site_addr is None:
         # Entered unseen: an explicit frame whose caller is unknown.
-        if kind == "call":
+        if call:
             return Branch(UNSEEN_CALLER, entry, "unseen")
         return Branch(entry, UNSEEN_CALLER, "ret")
-    site = Location(call.parent_addr, call.parent, call.parent_off)
-    if kind == "call":
-        return Branch(site, entry, "call")
+    where = Location(site_addr, site, site_off)
+    if call:
+        return Branch(where, entry, "call")
     # Function tracing does not see the ret instruction: the return is shown
     # from the function (+0x0) back to its call site.
-    return Branch(entry, site, "ret")
+    return Branch(entry, where, "ret")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -179,16 +179,14 @@ def _parse_plain(text: str, out: _Records, unknown: _Unknown) -> None:
     for head, sec, usec, body in _TEXT_RE.findall(text):
         tid, cpu, flags, tgid, comm = heads[head]
         parsed = bodies[body]
-        if parsed is None:
-            _add_special(tid, cpu, _ts_ns(sec, usec), flags, tgid, comm, body, out, unknown)
-        elif len(parsed) == 5:
+        if parsed is not None and len(parsed) == 5:
             ts = int(sec + usec[:9]) * scale[len(usec)]  # _ts_ns, inline
             out.append(new(FunctionRecord, (tid, cpu, ts, flags[2] != ".", *parsed, tgid, comm)))
-        elif len(parsed) == 2 or not unknown:
+        elif parsed is not None and (len(parsed) == 2 or not unknown):
             # An event; a return event with no kretprobe'd record waiting names no parent.
             ts = int(sec + usec[:9]) * scale[len(usec)]
             out.append(new(EventRecord, (tid, cpu, ts, parsed[0], parsed[1], tgid, comm)))
-        else:
+        else:  # a kretprobe'd function's record, or a return event that may name its parent
             _add_special(tid, cpu, _ts_ns(sec, usec), flags, tgid, comm, body, out, unknown)
 
 
