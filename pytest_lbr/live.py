@@ -229,8 +229,7 @@ class LiveTrace:
 
         # Read the kernel's symbols before arming, not at the first batch: that
         # takes a second or more under TCG, and a reader stalled that long while
-        # the machine runs lets the ring buffers overrun (6.12 guest, a writer at
-        # 8,000 write(2)s a second: 5,984 records lost in the first seconds).
+        # the machine runs falls behind, and its ring buffers may overrun.
         get_symbolizer(self._vmlinux)
         chosen = self._filter if self.capabilities.filters else None
         self._capture = capture = self.backend.open(
