@@ -5,7 +5,9 @@ Runs on the host (root can load XDP programs there); the JIT addresses are real.
 
 from __future__ import annotations
 
-from pytest_lbr.symbols import get_symbolizer
+import pytest
+
+from pytest_lbr.symbols import Symbolizer, get_symbolizer
 from pytest_lbr.symbols.bpfprog import read_program
 from tests.bpf.objects import bpf_object, require_root
 
@@ -32,3 +34,23 @@ def test_unloaded_program_is_forgotten_and_a_new_one_is_named_right() -> None:
         addrs = [a for a, _, _ in table.lines]
         names = {sym.locate_many(addrs)[a].symbol for a in addrs}
         assert names == {"xdp_cpu"}, names
+
+
+def test_a_program_is_named_from_its_own_info_without_reading_kallsyms_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session's first lookup in a program (the symbolizer made after the load, as in
+    a test that loads its program, then traces it) reads the program's info, not the
+    whole of /proc/kallsyms a second time (about a second under TCG)."""
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    with BpfObject(bpf_object("xdp_helpers")) as obj:
+        sym = Symbolizer()
+        reads: list[str] = []
+        reload = sym.kallsyms.reload
+        monkeypatch.setattr(sym.kallsyms, "reload", lambda: (reads.append("kallsyms"), reload()))
+        table = read_program(obj.programs["xdp_cpu"].fd)
+        addrs = [a for a, _, _ in table.lines]
+        assert {loc.symbol for loc in sym.locate_many(addrs).values()} == {"xdp_cpu"}
+    assert reads == []

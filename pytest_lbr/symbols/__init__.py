@@ -84,23 +84,29 @@ class Symbolizer:
     def _locate_many(self, addrs: set[int]) -> dict[int, Location]:
         out: dict[int, Location] = {}
         core: list[int] = []
-        refreshed = False
+        bpf_refreshed = reloaded = False
         if self._bpf_read and any(not self.kallsyms.in_core(a) for a in addrs):
             # BPF programs come and go, and a new one may be JITed where an unloaded
             # one was: learn where the live programs are once per batch, so a stale
             # table never names the new program after the old one.
             self._refresh_bpf()
+            bpf_refreshed = True
         for addr in sorted(addrs):
             loc = self._locate_bpf(addr) if self._bpf_read else None
             if loc is None:
                 sym = self.kallsyms.lookup(addr)
-                if not refreshed and self._looks_new(addr, sym):
-                    # Loaded after we read kallsyms / program info: read both again.
-                    refreshed = True
-                    self.kallsyms.reload()
-                    self._refresh_bpf()
-                    loc = self._locate_bpf(addr)
-                    sym = self.kallsyms.lookup(addr)
+                if not reloaded and self._looks_new(addr, sym):
+                    # Loaded after we read program info: read it again. A program's
+                    # own info names it, so kallsyms is read again (the whole file:
+                    # ~1 s under TCG) only for JIT code no live program holds.
+                    if not bpf_refreshed:
+                        self._refresh_bpf()
+                        bpf_refreshed = True
+                        loc = self._locate_bpf(addr)
+                    if loc is None:
+                        reloaded = True
+                        self.kallsyms.reload()
+                        sym = self.kallsyms.lookup(addr)
                 if loc is None and sym is not None and sym.module == "bpf":
                     loc = self._locate_bpf(addr) if self._bpf_read else None
             if loc is not None:
