@@ -12,6 +12,7 @@ tracer's own branches trimmed -> the finished `Trace`.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -137,9 +138,10 @@ class Tracer:
             capture.start()
             yield trace
             done = capture.stop()
+            stopped = time.monotonic()
         finally:
             capture.close()
-        add_source_lines(done.hits, self._vmlinux)
+        add_source_lines(done.hits, self._vmlinux, recorded_by=stopped)
         capture.trim(done.hits)
         trace.__dict__.update(done.__dict__)
         trace.targets = [t.spec for t in parsed]
@@ -181,9 +183,12 @@ def _close_all(backends: dict[str, Backend]) -> None:
     backends.clear()
 
 
-def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
+def add_source_lines(
+    hits: list[Hit], vmlinux: str | None = None, recorded_by: float | None = None
+) -> None:
     """Give each branch end the symbolizer's name and file:line where it knows the address
-    (`vmlinux`: the debug vmlinux to read lines from; None: auto-discovered).
+    (`vmlinux`: the debug vmlinux to read lines from; None: auto-discovered;
+    `recorded_by`: when the hits were all recorded, `Symbolizer.locate_many`).
 
     The graph backend names functions from ftrace's text, kept where the
     symbolizer knows no better; the LBR backend gives bare addresses.
@@ -193,7 +198,7 @@ def add_source_lines(hits: list[Hit], vmlinux: str | None = None) -> None:
         return
     from pytest_lbr.symbols import get_symbolizer
 
-    found = get_symbolizer(vmlinux).locate_many(sorted(addrs))
+    found = get_symbolizer(vmlinux).locate_many(sorted(addrs), recorded_by)
 
     def better(loc: Location) -> Location:
         new = found.get(loc.addr)

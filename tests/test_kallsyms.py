@@ -143,3 +143,28 @@ def test_kernel_formatted_text_reads_the_same_as_columns_and_as_lines(text: str)
             f.write(text)
         columns = KernelSymbols(path, columns=True)
         assert _table(columns) == _table(KernelSymbols(path, columns=False))
+
+
+def test_the_helpers_protos_come_from_the_same_read_as_the_code_symbols() -> None:
+    """The live table keeps the `*_proto` data symbols the helper names need: exactly
+    what reading /proc/kallsyms for them alone gives (one read a session, not two)."""
+    from pytest_lbr.kernel.helpers import _data_symbols
+
+    ks = KernelSymbols()
+    if not ks.readable:
+        pytest.skip("/proc/kallsyms hides addresses here (needs root / kptr_restrict=0)")
+    alone = list(_data_symbols("_proto"))
+    # (This host's kernel lists few data symbols; the guests' list every proto:
+    # tests/kernel/test_helper_facts.py names helpers through this table there.)
+    assert ks.protos == alone
+
+
+def test_a_file_read_line_by_line_has_no_protos(tmp_path) -> None:
+    path = tmp_path / "kallsyms"
+    core, tagged = SAMPLE.split("ffffffffa0001000", 1)
+    proto = "ffffffff81300100 R bpf_map_lookup_elem_proto\n"
+    path.write_text(core + proto + "ffffffffa0001000" + tagged)
+    ks = KernelSymbols(str(path))
+    assert ks.protos is None  # not /proc/kallsyms: read line by line, no data kept
+    columns = KernelSymbols(str(path), columns=True)
+    assert columns.protos == [("bpf_map_lookup_elem_proto", 0xFFFFFFFF81300100)]

@@ -190,6 +190,7 @@ def helper_implementations(
     names: Iterable[str],
     locate: Callable[[int], str | None],
     data_address: Callable[[str], int | None] | None = None,
+    listed: Iterable[tuple[str, int]] | None = None,
 ) -> tuple[dict[str, str], str]:
     """(kernel function -> helper name, "" or why none could be read).
 
@@ -198,11 +199,14 @@ def helper_implementations(
     include/linux/bpf.h) and name it with `locate` (address -> function name).
     A helper whose implementation has its own name (bpf_ktime_get_ns) maps to
     itself. `data_address` (a proto's live address from elsewhere, e.g. the
-    debug vmlinux) is asked when kallsyms lists no data symbols.
+    debug vmlinux) is asked when kallsyms lists no data symbols. `listed`: the
+    `*_proto` (name, address) pairs of a kallsyms read the caller made already
+    (None: /proc/kallsyms is read here).
     """
     wanted = {f"{n}_proto": n for n in names}
     try:
-        protos = [(wanted[s], a) for s, a in _data_symbols("_proto") if s in wanted]
+        symbols = _data_symbols("_proto") if listed is None else listed
+        protos = [(wanted[s], a) for s, a in symbols if s in wanted]
     except OSError as exc:
         return {}, f"cannot read /proc/kallsyms: {exc.strerror}"
     if not protos and data_address is not None:

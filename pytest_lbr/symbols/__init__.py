@@ -76,15 +76,23 @@ class Symbolizer:
         """Symbolize one live address."""
         return self.locate_many([addr])[addr]
 
-    def locate_many(self, addrs: Iterable[int]) -> dict[int, Location]:
-        """Symbolize many live addresses; kernel lines are looked up in one batch."""
-        with self._lock:
-            return self._locate_many(set(addrs))
+    def locate_many(
+        self, addrs: Iterable[int], recorded_by: float | None = None
+    ) -> dict[int, Location]:
+        """Symbolize many live addresses; kernel lines are looked up in one batch.
 
-    def _locate_many(self, addrs: set[int]) -> dict[int, Location]:
+        `recorded_by`: a `time.monotonic()` by which every address was recorded
+        (a trace's end). A kernel symbol table read after it knows all they were,
+        so it is not read again for them.
+        """
+        with self._lock:
+            return self._locate_many(set(addrs), recorded_by)
+
+    def _locate_many(self, addrs: set[int], recorded_by: float | None) -> dict[int, Location]:
         out: dict[int, Location] = {}
         core: list[int] = []
-        bpf_refreshed = reloaded = False
+        bpf_refreshed = False
+        reloaded = recorded_by is not None and self.kallsyms.read_at >= recorded_by
         if self._bpf_read and any(not self.kallsyms.in_core(a) for a in addrs):
             # BPF programs come and go, and a new one may be JITed where an unloaded
             # one was: learn where the live programs are once per batch, so a stale
@@ -139,6 +147,7 @@ class Symbolizer:
                 self._function_at,
                 self.kallsyms.address_of("__bpf_call_base"),
                 self._vmlinux_data_address,
+                self.kallsyms.protos,
             )
         return self._helpers.describe(fd, prog.prog_id, prog.name, [f.name for f in prog.funcs])
 

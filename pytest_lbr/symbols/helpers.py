@@ -15,7 +15,7 @@ the kernel-wide facts (helper ids from BTF, implementations from the
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..kernel.helpers import (
@@ -166,7 +166,8 @@ class HelperNames:
 
     `locate` names a kernel address (the symbolizer's kallsyms); `call_base`
     is the address of `__bpf_call_base`; `data_address` gives a data symbol's
-    live address where kallsyms lists none (the debug vmlinux).
+    live address where kallsyms lists none (the debug vmlinux); `listed` the
+    `*_proto` data symbols of the caller's kallsyms read (None: read them here).
     """
 
     def __init__(
@@ -174,6 +175,7 @@ class HelperNames:
         locate: Callable[[int], str | None],
         call_base: int | None,
         data_address: Callable[[str], int | None] | None = None,
+        listed: Iterable[tuple[str, int]] | None = None,
     ) -> None:
         self._locate = locate
         self._call_base = call_base
@@ -183,7 +185,7 @@ class HelperNames:
         self.protos: dict[str, str] = {}
         if os.geteuid() == 0:
             self.protos, self.status = helper_implementations(
-                self.ids.values(), locate, data_address
+                self.ids.values(), locate, data_address, listed
             )
         else:
             self.status = "not root: helper implementations unknown"

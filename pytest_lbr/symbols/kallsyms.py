@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+import time
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
 
@@ -18,6 +19,8 @@ KALLSYMS = "/proc/kallsyms"
 
 # Text, weak and (for JIT images) local symbols; data symbols never hold code.
 _CODE_TYPES = frozenset("tTwW")
+# Initialised and read-only data: where a `const struct bpf_func_proto` lives.
+_DATA_TYPES = frozenset("dDrR")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,12 @@ class KernelSymbols:
         self.starts: list[int] = []
         self.names: list[str] = []
         self.modules: list[str | None] = []
+        #: time.monotonic() when the table was last read (just before reading).
+        self.read_at = 0.0
+        #: (name, address) of the core kernel's `*_proto` data symbols, in file
+        #: order (a helper's `struct bpf_func_proto`, `kernel.helpers`); None when
+        #: the file was read line by line, which keeps no data symbols.
+        self.protos: list[tuple[str, int]] | None = None
         self.reload()
 
     def reload(self) -> None:
@@ -50,6 +59,7 @@ class KernelSymbols:
         Lines that are not `ADDRESS TYPE NAME [MODULE]` are skipped; only an
         unreadable file raises (OSError).
         """
+        self.read_at = time.monotonic()
         with open(self.path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         # The core kernel's lines come first, sorted by address, three words each
@@ -58,7 +68,11 @@ class KernelSymbols:
         # by line). Modules and BPF programs follow, each line tagged "[name]".
         tagged = text.find("\t[")
         split = len(text) if tagged < 0 else text.rfind("\n", 0, tagged) + 1
-        core = _core_columns(text[:split]) if self.columns else None
+        words = text[:split].split() if self.columns else []
+        core = _core_columns(words, text.count("\n", 0, split)) if self.columns else None
+        # The helpers' protos come from this read too: one read of the file a
+        # session, not one more (about a second under TCG).
+        self.protos = _protos(words) if core is not None else None
         if core is None:  # line by line
             core, split = ([], [], []), 0
         starts, names, types = core
@@ -131,11 +145,11 @@ class KernelSymbols:
 _ADDRESS = operator.itemgetter(0)
 
 
-def _core_columns(text: str) -> tuple[list[int], list[str], list[str]] | None:
-    """(addresses, names, types) of the code symbols of `text`, whose every line is
-    `ADDRESS TYPE NAME`, in file order; None when a line is not three words."""
-    words = text.split()
-    if len(words) != 3 * text.count("\n"):
+def _core_columns(words: list[str], lines: int) -> tuple[list[int], list[str], list[str]] | None:
+    """(addresses, names, types) of the code symbols of `lines` lines split into
+    `words`, whose every line is `ADDRESS TYPE NAME`, in file order; None when a
+    line is not three words."""
+    if len(words) != 3 * lines:
         return None
     # Cheap checks that every line was three words (a line of two and one of four
     # would shift the columns): types one letter, addresses of one length.
@@ -154,6 +168,24 @@ def _core_columns(text: str) -> tuple[list[int], list[str], list[str]] | None:
         names = list(compress(names, shown))
         types = list(compress(types, shown))
     return starts, names, types
+
+
+def _protos(words: list[str]) -> list[tuple[str, int]]:
+    """(name, address) of the `*_proto` data symbols of `words` (three per line,
+    checked by `_core_columns`), in file order, hidden (zero) addresses left out."""
+    names = words[2::3]
+    is_proto = list(map(str.endswith, names, repeat("_proto")))
+    out: list[tuple[str, int]] = []
+    columns = (compress(words[0::3], is_proto), compress(words[1::3], is_proto))
+    for addr, kind, name in zip(*columns, compress(names, is_proto), strict=True):
+        if kind in _DATA_TYPES:
+            try:
+                value = int(addr, 16)
+            except ValueError:  # not an address: not a symbol line
+                continue
+            if value:
+                out.append((name, value))
+    return out
 
 
 def _rows(text: str) -> list[tuple[int, str, str | None, str]]:

@@ -131,3 +131,42 @@ def test_live_kernel_addresses_get_lines_with_kaslr() -> None:
     files = {loc.file for loc in locs.values()}
     assert "fs/read_write.c" in files, files
     assert str(locs[start]).startswith("vfs_write+0x0 (fs/read_write.c:")
+
+
+def test_a_symbol_table_read_after_the_trace_is_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """JIT code no program holds (here the fexit trampoline the LBR path attaches to a
+    program) makes the symbolizer read kallsyms again, unless its table was read
+    after every address was recorded (`recorded_by`, a trace's end)."""
+    import time
+
+    from pytest_lbr.bpf import BpfLoader
+    from pytest_lbr.symbols import Symbolizer
+    from pytest_lbr.tracer import Tracer
+
+    require_root()
+    with (
+        BpfLoader().load(bpf_object("xdp_helpers")) as obj,
+        Tracer(backend="lbr", pmu="software") as tracer,
+    ):
+        prog = obj.programs["xdp_helpers"]
+        with tracer.trace(prog):
+            prog.run(data=bytes(range(1, 65)))
+            recorded = time.monotonic()
+            sym = Symbolizer()
+            ks = sym.kallsyms
+            tramps = [
+                a
+                for a, n in zip(ks.starts, ks.names, strict=True)
+                if n.startswith("bpf_trampoline_")
+            ]
+            assert tramps, "no bpf_trampoline_* in kallsyms while a program's fexit is attached"
+            reads: list[float] = []
+            reload = ks.reload
+            monkeypatch.setattr(ks, "reload", lambda: (reads.append(time.monotonic()), reload()))
+            first = sym.locate_many([tramps[0] + 1], recorded_by=recorded)
+            assert first[tramps[0] + 1].symbol.startswith("bpf_trampoline_")
+            assert reads == []
+            sym.locate_many([tramps[0] + 1])  # when recorded unknown: read again, once
+            assert len(reads) == 1
