@@ -29,6 +29,11 @@ from tests.bpf.objects import require_root
 
 pytest_plugins = ["pytester"]
 
+# `clean` compares machine-wide state (interfaces, namespaces, BPF links) before and
+# after each test: under `-n 2` (ci/test) this module's tests must not run on two
+# workers at once, or one sees the other's namespace come and go.
+pytestmark = pytest.mark.xdist_group("netns")
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PORT = 4242  # examples/veth_xdp/veth_xdp.bpf.c counts UDP packets to this port
 GOOD = 0

@@ -53,4 +53,9 @@ def test_a_program_is_named_from_its_own_info_without_reading_kallsyms_again(
         table = read_program(obj.programs["xdp_cpu"].fd)
         addrs = [a for a, _, _ in table.lines]
         assert {loc.symbol for loc in sym.locate_many(addrs).values()} == {"xdp_cpu"}
+        # A table read after the addresses were recorded (a trace's end): still the
+        # program's own name, never kallsyms' bpf_prog_<tag>_<name>.
+        later = Symbolizer()
+        located = later.locate_many(addrs, recorded_by=later.kallsyms.read_at - 1)
+        assert {loc.symbol for loc in located.values()} == {"xdp_cpu"}
     assert reads == []

@@ -103,7 +103,7 @@ class Symbolizer:
             loc = self._locate_bpf(addr) if self._bpf_read else None
             if loc is None:
                 sym = self.kallsyms.lookup(addr)
-                if not reloaded and self._looks_new(addr, sym):
+                if not (bpf_refreshed and reloaded) and self._looks_new(addr, sym):
                     # Loaded after we read program info: read it again. A program's
                     # own info names it, so kallsyms is read again (the whole file:
                     # ~1 s under TCG) only for JIT code no live program holds.
@@ -111,7 +111,7 @@ class Symbolizer:
                         self._refresh_bpf()
                         bpf_refreshed = True
                         loc = self._locate_bpf(addr)
-                    if loc is None:
+                    if loc is None and not reloaded:
                         reloaded = True
                         self.kallsyms.reload()
                         sym = self.kallsyms.lookup(addr)
