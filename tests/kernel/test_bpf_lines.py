@@ -156,10 +156,11 @@ def test_a_symbol_table_read_after_the_trace_is_not_read_again(
             recorded = time.monotonic()
             sym = Symbolizer()
             ks = sym.kallsyms
+            # The trampoline's image, not the core kernel's bpf_trampoline_* functions.
             tramps = [
                 a
-                for a, n in zip(ks.starts, ks.names, strict=True)
-                if n.startswith("bpf_trampoline_")
+                for a, n, m in zip(ks.starts, ks.names, ks.modules, strict=True)
+                if n.startswith("bpf_trampoline_") and m == "bpf"
             ]
             assert tramps, "no bpf_trampoline_* in kallsyms while a program's fexit is attached"
             addrs = [tramps[0] + 1, tramps[0] + 2]
