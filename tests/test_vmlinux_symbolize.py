@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -15,6 +16,7 @@ from pytest_lbr.symbols.vmlinux import (
     VmlinuxLines,
     VmlinuxMismatch,
     check_matches_running,
+    elf_build_id,
     running_build_id,
     sample_text_addresses,
 )
@@ -202,3 +204,34 @@ def _add_entries(directory, worker: int) -> None:
     cache = FrameCache("00ff", directory)
     for i in range(200):  # one save per address: many interleaved writers
         cache.save({10_000 + 1000 * worker + i: (Frame(f"w{worker}", "w.c", i),)})
+
+
+def _pyelftools_build_id(path: str) -> str | None:
+    from pytest_lbr.symbols.vmlinux import _elf_build_id, _open_elf
+
+    f, elf = _open_elf(path)
+    try:
+        return _elf_build_id(elf)
+    finally:
+        f.close()
+
+
+def test_build_id_read_from_the_section_headers_is_pyelftools_one(
+    vmlinux_61: str, tmp_path
+) -> None:
+    """`elf_build_id` reads the headers itself (every session asks it of a debug
+    vmlinux); it gives what pyelftools gives, for files with and without a build-id,
+    and leaves a file it cannot read whole to pyelftools' one-line error."""
+    files = [vmlinux_61, sys.executable, *glob.glob("/lib/modules/*/build/vmlinux")]
+    for path in files:
+        assert elf_build_id(path) == _pyelftools_build_id(path), path
+    assert elf_build_id(vmlinux_61) == VmlinuxLines(vmlinux_61, cache=False).build_id
+    cut = tmp_path / "cut"
+    with open(vmlinux_61, "rb") as f:
+        cut.write_bytes(f.read(4 << 20))
+    with pytest.raises(VmlinuxError) as ours:
+        elf_build_id(str(cut))
+    with pytest.raises(VmlinuxError) as theirs:
+        _pyelftools_build_id(str(cut))
+    assert str(ours.value) == str(theirs.value)
+    assert str(cut) in str(ours.value) and "\n" not in str(ours.value)

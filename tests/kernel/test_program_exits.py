@@ -25,7 +25,10 @@ DROP = bytes([XDP_HELPERS_DROP_BYTE]) + bytes(63)
 BACKENDS = [("graph", "hardware"), ("lbr", "software")]
 
 
-@pytest.fixture(params=BACKENDS, ids=[b for b, _ in BACKENDS])
+# One tracer per backend for the module's tests that need only a tracer, as a pytest
+# session has one: the graph backend turns the function tracer on and off once (about
+# 5 s under TCG), not once per test. Tests of a session's own start and end make theirs.
+@pytest.fixture(scope="module", params=BACKENDS, ids=[b for b, _ in BACKENDS])
 def tracer(request: pytest.FixtureRequest) -> Iterator[Tracer]:
     backend, pmu = request.param
     with Tracer(backend=backend, pmu=pmu) as tracer:
