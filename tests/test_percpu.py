@@ -31,3 +31,22 @@ def test_finds_the_names_the_kernel_lists(tmp_path: Path) -> None:
 
 def test_an_unreadable_kallsyms_gives_nothing(tmp_path: Path) -> None:
     assert preempt_count_symbols(str(tmp_path / "missing")) == {}
+
+
+def test_only_whole_names_of_core_kernel_lines_count(tmp_path: Path) -> None:
+    """A longer name ending in one of ours, a module's symbol and a line that is not
+    `ADDRESS TYPE NAME` are skipped; a name's first line decides, even when hidden."""
+    path = tmp_path / "kallsyms"
+    path.write_text(
+        "ffffffff81000000 T my__per_cpu_offset\n"
+        "ffffffffc0a01000 d __per_cpu_offset\t[mod]\n"
+        "not an address __per_cpu_offset\n"
+        "ffffffff8460a8a0 D __per_cpu_offset\n"
+        "0000000000000000 D pcpu_hot\n"
+        "0000000000032000 D pcpu_hot\n"
+        "ffffffff8460a8b0 D __preempt_count"  # no newline at the end of the file
+    )
+    assert preempt_count_symbols(str(path)) == {
+        "__per_cpu_offset": 0xFFFFFFFF8460A8A0,
+        "__preempt_count": 0xFFFFFFFF8460A8B0,
+    }

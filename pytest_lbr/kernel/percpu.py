@@ -20,10 +20,8 @@ __all__ = ["PREEMPT_COUNT_SYMBOLS", "preempt_count_symbols"]
 #: The kallsyms names the tracer's config is made of (struct lbr_config, sym_*).
 PREEMPT_COUNT_SYMBOLS = ("__preempt_count", "pcpu_hot", "__per_cpu_offset")
 
-_LINE = re.compile(
-    rb"^([0-9a-fA-F]+) [A-Za-z] (" + b"|".join(s.encode() for s in PREEMPT_COUNT_SYMBOLS) + rb")$",
-    re.MULTILINE,
-)
+#: What comes before a name on a kallsyms line: `ADDRESS TYPE`.
+_HEAD = re.compile(rb"[0-9a-fA-F]+ [A-Za-z]")
 
 
 @functools.cache
@@ -40,7 +38,19 @@ def preempt_count_symbols(path: str = "/proc/kallsyms") -> dict[str, int]:
             text = f.read()
     except OSError:
         return {}
+    if not text.endswith(b"\n"):
+        text += b"\n"
     found: dict[str, int] = {}
-    for m in _LINE.finditer(text):
-        found.setdefault(m.group(2).decode(), int(m.group(1), 16))
-    return {name: addr for name, addr in found.items() if addr}
+    for name in PREEMPT_COUNT_SYMBOLS:
+        # bytes.find, not a regex over the whole file (~0.5 s of ~10 MB under TCG):
+        # " NAME\n" ends a core kernel line (a module's lines end in "\t[module]").
+        key, at = b" " + name.encode() + b"\n", 0
+        while (end := text.find(key, at)) >= 0:
+            at = end + 1
+            head = text[text.rfind(b"\n", 0, end) + 1 : end]
+            if _HEAD.fullmatch(head):
+                addr = int(head.split(b" ")[0], 16)
+                if addr:  # hidden (zeroed) addresses are useless
+                    found[name] = addr
+                break
+    return found
