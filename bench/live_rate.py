@@ -23,6 +23,7 @@ writer's hits (each hit's calls and returns, plus its own entry).
 from __future__ import annotations
 
 import argparse
+import gc
 import struct
 import subprocess
 import sys
@@ -119,6 +120,7 @@ def run_rate(rate: float, seconds: float, backend: str = "graph") -> dict[str, A
             # heap of every hit would make the collector's passes grow with the run).
             hits = records = 0
             with LiveTrace([TARGET], backend=backend, pmu=PMU[backend]) as live:
+                gc.freeze()  # as `pytest-lbr trace` does once armed
                 writer.stdin.write("go\n")
                 writer.stdin.flush()
                 t0 = time.monotonic()

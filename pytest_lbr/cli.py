@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import json
 import os
 import signal
@@ -188,6 +189,11 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     try:
         with live:
+            # This process reads the trace until it exits: what it holds once armed
+            # (symbol tables, the tracer's state) is never garbage, so the collector
+            # stops walking it at every collection (in the 6.12 guest it took about
+            # a fifth of the reader's time per hit: 35 us, 13 us frozen).
+            gc.freeze()
             print(
                 f"Tracing {', '.join(t.spec for t in live.targets)} with the "
                 f"{live.backend_name} backend "
