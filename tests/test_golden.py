@@ -89,6 +89,33 @@ def test_preemption_at_cond_resched_leaves_no_trace() -> None:
     assert "kmem_cache_alloc_node -> __cond_resched" in g.normalize(quiet)
 
 
+def test_the_pid_filter_run_at_a_switch_leaves_no_trace() -> None:
+    # The shape of a real 6.12 connect trace in CI (examples/connect, 2026-11-27): the
+    # task was switched out at a preemption point, and all the function tracer kept of
+    # that is its own pid filter's lock calls, whose caller it never records.
+    quiet = trace(
+        call("__alloc_skb", "kmem_cache_alloc_node_noprof"),
+        call("kmem_cache_alloc_node_noprof", "__cond_resched"),
+        ret("__cond_resched", "kmem_cache_alloc_node_noprof"),
+        ret("kmem_cache_alloc_node_noprof", "__alloc_skb"),
+        call("__alloc_skb", "kmalloc_reserve"),
+        ret("kmalloc_reserve", "__alloc_skb"),
+    )
+    switched = trace(
+        call("__alloc_skb", "kmem_cache_alloc_node_noprof"),
+        call("kmem_cache_alloc_node_noprof", "__cond_resched"),
+        call("trace_pid_list_is_set", "_raw_spin_lock_irqsave"),
+        ret("_raw_spin_lock_irqsave", "trace_pid_list_is_set"),
+        call("trace_pid_list_is_set", "_raw_spin_unlock_irqrestore"),
+        ret("_raw_spin_unlock_irqrestore", "trace_pid_list_is_set"),
+        ret("__cond_resched", "kmem_cache_alloc_node_noprof"),
+        ret("kmem_cache_alloc_node_noprof", "__alloc_skb"),
+        call("__alloc_skb", "kmalloc_reserve"),
+        ret("kmalloc_reserve", "__alloc_skb"),
+    )
+    assert g.normalize(switched) == g.normalize(quiet)
+
+
 def test_allocator_slow_path_is_not_part_of_the_golden() -> None:
     fast = trace(call("skb_release_data", "kfree"), ret("kfree", "skb_release_data"))
     slow = trace(
