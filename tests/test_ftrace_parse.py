@@ -165,6 +165,58 @@ def test_kfunc_hit_with_retval_and_tracer_frames_trimmed() -> None:
     assert not trace.called("file_close_fd")
 
 
+def _vfs_write_lines() -> tuple[str, str, str]:
+    """The data's vfs_write entry, its first callee's (rw_verify_area), its return event."""
+    lines = (DATA / "ftrace-6.12-vfs_write.txt").read_text().splitlines()
+    entry = next(x for x in lines if ": vfs_write+0x4/" in x)
+    callee = next(x for x in lines if ": rw_verify_area+0x4/" in x)
+    ret = next(x for x in lines if ": e0: (" in x)
+    return entry, callee, ret
+
+
+def _at(line: str, seconds: str) -> str:
+    return re.sub(r" \d+\.\d+: ", f" {seconds}: ", line, count=1)
+
+
+def _vfs_write_hits(lines: list[str]) -> list[Hit]:
+    return build_hits(
+        [parse_target("kfunc:vfs_write")],
+        [lambda f, a: f == "vfs_write"],
+        {0: "e0"},
+        {"e0": "vfs_write"},
+        parse_trace("\n".join(lines)),
+    )
+
+
+def test_a_recursive_call_stays_in_its_hit() -> None:
+    """vfs_write entered again from one of its callees (the data's lines, with the
+    callee's real call site as the inner call's parent): one hit, ended by the outer
+    call's return event."""
+    entry, callee, ret = _vfs_write_lines()
+    inner = _at(entry, "78.097785").replace(
+        "<-ksys_write+0x6f/0xf0 <ffffffff92c5823f>",
+        "<-rw_verify_area+0x42/0x120 <ffffffff92c54e22>",
+    )
+    inner_ret = _at(ret, "78.097786").replace("ret=1", "ret=7")
+    (hit,) = _vfs_write_hits([entry, callee, inner, inner_ret, ret])
+    assert hit.retval == 1
+    assert [b.dst.symbol for b in hit.branches if b.kind == "call"].count("vfs_write") == 2
+
+
+def test_a_lost_return_event_does_not_swallow_the_next_call() -> None:
+    """The ring buffer overran and dropped a write's return event: the next write,
+    called from the same place, shows that the first returned. Two hits, the first
+    without a return value, not one hit holding every later write."""
+    entry, callee, ret = _vfs_write_lines()
+    second = [_at(entry, "78.098756"), _at(callee, "78.098784"), _at(ret, "78.098820")]
+    first, then = _vfs_write_hits([entry, callee, *second])
+    assert (first.retval, then.retval) == (None, 1)
+    assert [b.dst.symbol for b in first.branches if b.kind == "call"] == [
+        "vfs_write",
+        "rw_verify_area",
+    ]
+
+
 def test_tracepoint_event_names() -> None:
     line = "          python-244     [000] .....    33.602725: sys_getppid()"
     (rec,) = parse_trace(line)

@@ -172,6 +172,27 @@ def test_a_narrowed_stream_is_cut_at_its_last_return_in_one_build(
     assert handing and taken.count(True) == handing
 
 
+@pytest.mark.parametrize("how", ["whole", "lines", "cut"])
+def test_a_lost_return_event_ends_its_hit_and_holds_nothing_back(how: str) -> None:
+    """A ring buffer that overran drops records: here write 10's return event (the
+    real 6.12 text with that one line gone). The thread's next write, called where
+    write 10 was, shows it returned: write 10 is a hit without a return value, and
+    every later write is a hit of its own, handed over by the polls as before (not
+    made part of write 10, nor held back until `stop()`)."""
+    lines = (DATA / "ftrace-6.12-vfs_write-narrowed.txt").read_text().splitlines(keepends=True)
+    returns = [i for i, line in enumerate(lines) if ": e1: (" in line]
+    del lines[returns[9]]
+    text = "".join(lines)
+    capture = _capture("kfunc:vfs_write", _pieces(text, how), event="e1")
+    polled: list[Hit] = []
+    for _ in _pieces(text, how):
+        polled.extend(capture.poll())
+    assert len(polled) == 80 and capture.stop().hits == []
+    assert polled == _whole(capture, text)
+    assert [h.retval for h in polled] == [1] * 9 + [None] + [1] * 70
+    assert all(len(h.branches) == 2 for h in polled)
+
+
 def test_records_whose_nesting_looks_ahead_are_built_the_general_way(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -488,6 +488,18 @@ def _hits_until_return(
                     hits.append(hit)
                     hit, returning = None, True
             continue
+        if recorded_call and len(step.stack) <= depth:
+            # Called again where the hit's own frame was: the nesting popped it, so
+            # it returned and its return event never came (records lost when the
+            # ring buffer overran, or a kretprobe's missed return). Without this
+            # one lost event would make every later call of the thread's part of it.
+            hits.append(hit)
+            rec = step.record
+            assert rec is not None
+            hit = Hit(target.spec, pid=os.getpid(), tid=tid, cpu=rec.cpu, timestamp_ns=rec.ts_ns)
+            open_calls = 1
+            _append(hit, step)
+            continue
         if recorded_call:
             open_calls += 1  # a real nested (recursive) call
         _append(hit, step)

@@ -199,8 +199,14 @@ def _complete_hits(
             done.append(True)
             continue
         start.append(bisect.bisect_left(times, h.timestamp_ns))
-        if (targets[i].kind == "kfunc" and i in builder.events) or i in builder.exit_targets:
-            done.append(h.retval is not None)  # at its return event / fexit record
+        if targets[i].kind == "kfunc" and i in builder.events:
+            # At its return event; or, with that lost, once the thread has called
+            # the function again after it (the events come in one pipe, in order).
+            done.append(h.retval is not None or last[h.target] is not h)
+        elif i in builder.exit_targets:
+            # At its fexit record, read from another ring: it may come after a
+            # later run's function records.
+            done.append(h.retval is not None)
         else:
             done.append(quiet or last[h.target] is not h)  # the thread moved on
     cut = min([cut, *(s for s, d in zip(start, done, strict=True) if not d)])
