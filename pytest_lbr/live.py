@@ -20,7 +20,7 @@ import fnmatch
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from typing import Any
 
 from pytest_lbr.capture import (
@@ -172,6 +172,9 @@ class LiveTrace:
         self._backend: Backend | None = None
         self._capture: Capture | None = None
         self._stopped = False
+        # What the capture counted and noted when it ended: still true after close().
+        self._lost_at_end = 0
+        self._notes_at_end: list[str] = []
 
     # -- what a reader asks ------------------------------------------------------
 
@@ -213,13 +216,18 @@ class LiveTrace:
 
     @property
     def lost(self) -> int:
-        """Records lost so far (ring buffers overran)."""
-        return self._capture.lost if self._capture is not None else 0
+        """Records lost so far (ring buffers overran); after `stop()` or `close()`,
+        all the trace lost."""
+        if self._capture is None or self._stopped:
+            return self._lost_at_end
+        return self._capture.lost
 
     @property
     def notes(self) -> list[str]:
         """Why the hits may be incomplete (e.g. no return values for a program)."""
-        return self._capture.notes if self._capture is not None else []
+        if self._capture is None or self._stopped:
+            return list(self._notes_at_end)
+        return self._capture.notes
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -251,8 +259,10 @@ class LiveTrace:
         """Disarm and hand over the hits not handed over yet (unfinished ones too)."""
         if self._capture is None or self._stopped:
             return []
+        trace = self._capture.stop()
         self._stopped = True
-        return self._named(self._capture.stop().hits)
+        self._lost_at_end, self._notes_at_end = trace.lost, list(trace.notes)
+        return self._named(trace.hits)
 
     def batches(self, done: Callable[[], bool]) -> Iterator[list[Hit]]:
         """A batch of hits per poll (often empty) until `done()`, then the rest."""
@@ -270,6 +280,9 @@ class LiveTrace:
         backend, self._backend = self._backend, None
         try:
             if capture is not None:
+                if not self._stopped:
+                    with suppress(OSError, CaptureError):  # going away anyway
+                        self._lost_at_end, self._notes_at_end = capture.lost, capture.notes
                 capture.close()
         finally:
             if backend is not None:

@@ -1,0 +1,48 @@
+"""A live `--all` trace whose reader falls behind, on both backends: what it lost is
+counted, still after the trace ends, and (graph) a lost return event ends one write's
+hit instead of making every later write of the thread part of it.
+
+The load is dd (coreutils) writing one byte at a time to /dev/null, tens of thousands
+of write(2)s a second, while the trace is armed and not read: the per-CPU buffers
+(graph: 2 MiB while live) or the 4 MiB ring buffer (LBR path) overrun. The truth is
+dd's own count of its writes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pytest_lbr.live import LiveTrace
+
+pytestmark = pytest.mark.kernel
+
+#: One-byte writes dd makes: a write is two function-tracer records (vfs_write's entry
+#: and its return event, narrowed to its call graph) or one ring-buffer record of
+#: ~850 bytes; either overruns its buffer many times over.
+WRITES = 150_000
+PMU = {"graph": "hardware", "lbr": "software"}
+
+
+@pytest.mark.parametrize("backend", list(PMU))
+def test_a_reader_that_falls_behind_counts_the_loss_and_keeps_the_count(backend: str) -> None:
+    with LiveTrace(["kfunc:vfs_write"], backend=backend, pmu=PMU[backend]) as live:
+        dd = subprocess.Popen(
+            ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={WRITES}", "status=none"]
+        )
+        assert dd.wait(timeout=300) == 0
+        hits = live.stop()
+        lost_at_stop = live.lost
+    assert live.lost == lost_at_stop > 0
+    assert any("lost" in note for note in live.notes) or backend == "lbr"
+    # dd is one thread: its tid is its pid (its name may be gone with it: "<...>").
+    mine = [h for h in hits if h.tid == dd.pid]
+    assert mine, [(h.tid, h.comm) for h in hits[:20]]
+    # Every write came as a hit, or (some of) its records were counted lost.
+    assert len(mine) + live.lost >= WRITES > len(mine)
+    # A write to /dev/null is a leaf of the narrowed trace: its hit is its call and
+    # return (graph). One lost return event used to make every later write of dd
+    # part of that hit: thousands of branches.
+    assert max(len(h.branches) for h in mine) <= 4
+    assert all(h.retval in (1, None) for h in mine)
