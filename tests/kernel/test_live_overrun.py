@@ -2,7 +2,7 @@
 counted, still after the trace ends, and (graph) a lost return event ends one write's
 hit instead of making every later write of the thread part of it.
 
-The load is dd (coreutils) writing one byte at a time to /dev/null, tens of thousands
+The load is dd (coreutils, started before the trace) writing one byte at a time to /dev/null, tens of thousands
 of write(2)s a second, while the trace is armed and not read: the per-CPU buffers
 (graph: 2 MiB while live) or the 4 MiB ring buffer (LBR path) overrun. The truth is
 dd's own count of its writes.
@@ -27,10 +27,21 @@ PMU = {"graph": "hardware", "lbr": "software"}
 
 @pytest.mark.parametrize("backend", list(PMU))
 def test_a_reader_that_falls_behind_counts_the_loss_and_keeps_the_count(backend: str) -> None:
+    # Started before the trace and told to go once it is armed: a live graph trace
+    # never records what the reading process starts while armed (function-fork).
+    dd = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            f"read go && exec dd if=/dev/zero of=/dev/null bs=1 count={WRITES} status=none",
+        ],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    assert dd.stdin is not None
     with LiveTrace(["kfunc:vfs_write"], backend=backend, pmu=PMU[backend]) as live:
-        dd = subprocess.Popen(
-            ["dd", "if=/dev/zero", "of=/dev/null", "bs=1", f"count={WRITES}", "status=none"]
-        )
+        dd.stdin.write("go\n")
+        dd.stdin.close()
         assert dd.wait(timeout=300) == 0
         hits = live.stop()
         lost_at_stop = live.lost
