@@ -426,17 +426,7 @@ class HookSet:
         obj = getattr(self, attr)
         if obj is not None:
             return int(obj)
-        progs = (
-            ("lbr_uprobe", "lbr_uretprobe")
-            if uprobe
-            else (
-                "lbr_kprobe",
-                "lbr_kretprobe",
-                "lbr_kprobe_multi",
-                "lbr_kretprobe_multi",
-                "lbr_tracepoint",
-            )
-        )
+        progs = self._base_programs(uprobe)
         # Uprobes trace a binary, whoever runs it: no process filter.
         obj, _ = self._open(progs[0], 0 if uprobe else self.tgid)
         for name in progs:
@@ -444,6 +434,24 @@ class HookSet:
         self._load(obj, "uprobes" if uprobe else "kprobes and tracepoints")
         setattr(self, attr, obj)
         return int(obj)
+
+    def _base_programs(self, uprobe: bool) -> list[str]:
+        """The programs of the shared object this set's targets attach: only those
+        are loaded (each is a verifier run; a tracepoint trace used to load five)."""
+        ret = not self.fentry
+        names: list[str] = []
+        for t in self.targets:
+            if uprobe and t.kind in ("uprobe", "uretprobe"):
+                names.append("lbr_uretprobe" if t.kind == "uretprobe" else "lbr_uprobe")
+            elif not uprobe and t.kind == "tp":
+                names.append("lbr_tracepoint")
+            elif not uprobe and t.kind == "kfunc" and t.is_glob:
+                names.append("lbr_kretprobe_multi" if ret else "lbr_kprobe_multi")
+                if self.fallback != "fentry":  # one kprobe per function without kprobe.multi
+                    names.append("lbr_kretprobe" if ret else "lbr_kprobe")
+        if not names:
+            raise CaptureError("no target of this hook set attaches a kprobe, tracepoint or uprobe")
+        return list(dict.fromkeys(names))
 
     def _attach_trace(
         self, index: int, what: str, attach_fd: int, func: str, function: int = 0
