@@ -172,9 +172,8 @@ class LiveTrace:
         self._backend: Backend | None = None
         self._capture: Capture | None = None
         self._stopped = False
-        # What the capture counted and noted when it ended: still true after close().
-        self._lost_at_end = 0
-        self._notes_at_end: list[str] = []
+        # (lost, notes) of the capture when it ended: still true after close().
+        self._end: tuple[int, list[str]] | None = None
 
     # -- what a reader asks ------------------------------------------------------
 
@@ -218,16 +217,16 @@ class LiveTrace:
     def lost(self) -> int:
         """Records lost so far (ring buffers overran); after `stop()` or `close()`,
         all the trace lost."""
-        if self._capture is None or self._stopped:
-            return self._lost_at_end
-        return self._capture.lost
+        if self._end is not None:
+            return self._end[0]
+        return self._capture.lost if self._capture is not None else 0
 
     @property
     def notes(self) -> list[str]:
         """Why the hits may be incomplete (e.g. no return values for a program)."""
-        if self._capture is None or self._stopped:
-            return list(self._notes_at_end)
-        return self._capture.notes
+        if self._end is not None:
+            return list(self._end[1])
+        return self._capture.notes if self._capture is not None else []
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -259,9 +258,9 @@ class LiveTrace:
         """Disarm and hand over the hits not handed over yet (unfinished ones too)."""
         if self._capture is None or self._stopped:
             return []
-        trace = self._capture.stop()
         self._stopped = True
-        self._lost_at_end, self._notes_at_end = trace.lost, list(trace.notes)
+        trace = self._capture.stop()
+        self._end = (trace.lost, list(trace.notes))
         return self._named(trace.hits)
 
     def batches(self, done: Callable[[], bool]) -> Iterator[list[Hit]]:
@@ -280,9 +279,9 @@ class LiveTrace:
         backend, self._backend = self._backend, None
         try:
             if capture is not None:
-                if not self._stopped:
+                if self._end is None:
                     with suppress(OSError, CaptureError):  # going away anyway
-                        self._lost_at_end, self._notes_at_end = capture.lost, capture.notes
+                        self._end = (capture.lost, capture.notes)
                 capture.close()
         finally:
             if backend is not None:
