@@ -230,44 +230,70 @@ BAD_TARGETS = {
 }
 
 
-def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(pytester: pytest.Pytester) -> None:
-    before = state()
+@pytest.fixture(scope="module")
+def bad_targets(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, object]]:
+    """One pytest session (a subprocess, graph backend) tracing each bad target twice:
+    as a marker in test_marker.py, in `with lbr.trace(...)` in test_with.py. Its
+    output and the kernel's state before it."""
+    folder = tmp_path_factory.mktemp("bad_targets")
     # One marked test per target (a marker takes literal targets).
-    body = "import pytest\n" + "".join(
-        f"\n@pytest.mark.lbr({t!r})\ndef test_{i}():\n    pass\n" for i, t in enumerate(BAD_TARGETS)
+    (folder / "test_marker.py").write_text(
+        "import pytest\n"
+        + "".join(
+            f"\n@pytest.mark.lbr({t!r})\ndef test_{i}():\n    pass\n"
+            for i, t in enumerate(BAD_TARGETS)
+        )
     )
-    pytester.makepyfile(test_bad=body)
-    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", *PYTEST_QUIET)
-    out = result.stdout.str() + result.stderr.str()
-    result.assert_outcomes(failed=len(BAD_TARGETS))
+    (folder / "test_with.py").write_text(  # as is: the line numbers checked below
+        "".join(
+            f"\ndef test_{i}(lbr):\n    with lbr.trace({t!r}):\n        pass\n"
+            for i, t in enumerate(BAD_TARGETS)
+        )
+    )
+    before = state()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--lbr", "--lbr-backend=graph", *PYTEST_QUIET],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    # Each of them failed, nothing else (no error, no pass).
+    assert re.search(rf"^{2 * len(BAD_TARGETS)} failed in \S+s", out, re.M), out
+    return out, before
+
+
+def _no_noise(out: str) -> None:
+    for noise in ("Traceback", "INTERNALERROR", "During handling", "session.py", "tracer.py"):
+        assert noise not in out, out
+
+
+def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(
+    bad_targets: tuple[str, dict[str, object]],
+) -> None:
+    out, before = bad_targets
     for message in BAD_TARGETS.values():
         lines = [ln for ln in out.splitlines() if re.search(f"@pytest.mark.lbr: .*{message}", ln)]
         assert lines, f"{message!r} not in:\n{out}"
-    for noise in ("Traceback", "INTERNALERROR", "During handling", "session.py", "tracer.py"):
-        assert noise not in out, out
+    _no_noise(out)
     assert settle(before) == before
 
 
-def test_bad_targets_inside_with_lbr_trace_fail_in_one_line(pytester: pytest.Pytester) -> None:
+def test_bad_targets_inside_with_lbr_trace_fail_in_one_line(
+    bad_targets: tuple[str, dict[str, object]],
+) -> None:
     """The same targets in `with lbr.trace(...)`: one line at the test's own line, naming
     the error, no traceback through the plugin (docs/errors.md)."""
-    before = state()
-    body = "".join(
-        f"\ndef test_{i}(lbr):\n    with lbr.trace({t!r}):\n        pass\n"
-        for i, t in enumerate(BAD_TARGETS)
-    )
-    (pytester.path / "test_bad.py").write_text(body)  # as is: the line numbers below
-    result = pytester.runpytest_subprocess("--lbr", "--lbr-backend=graph", *PYTEST_QUIET)
-    out = result.stdout.str() + result.stderr.str()
-    result.assert_outcomes(failed=len(BAD_TARGETS))
+    out, before = bad_targets
     for i, message in enumerate(BAD_TARGETS.values()):
         line = 3 + 4 * i  # the `with` line of test_<i>
-        pattern = f"^test_bad.py:{line}: (TargetError|CaptureError): .*{message}"
+        pattern = f"^test_with.py:{line}: (TargetError|CaptureError): .*{message}"
         assert [ln for ln in out.splitlines() if re.search(pattern, ln)], (
             f"{pattern!r} not in:\n{out}"
         )
-    for noise in ("Traceback", "INTERNALERROR", "During handling", "session.py", "tracer.py"):
-        assert noise not in out, out
+    _no_noise(out)
     assert settle(before) == before
 
 
