@@ -51,6 +51,14 @@ def test_interrupt_subtree_is_dropped_with_everything_it_called() -> None:
     assert "__sysvec_apic_timer_interrupt -> update_wall_time" in kept
 
 
+def _switched_out(edges: list[Branch], recorded: list[Branch]) -> tuple[list[str], list[str]]:
+    """The golden lines of `edges` (a slab allocation whose second edge enters
+    __cond_resched), and of the same with `recorded` (what the function tracer kept
+    of the task being switched out there) after that edge."""
+    switched = trace(*edges[:2], *recorded, *edges[2:])
+    return g.normalize(trace(*edges)), g.normalize(switched)
+
+
 def test_preemption_at_cond_resched_leaves_no_trace() -> None:
     # The shape of a real 6.1 connect trace that went through the scheduler in CI:
     # __schedule is notrace, so its calls appear with it as the caller, and the
@@ -63,27 +71,27 @@ def test_preemption_at_cond_resched_leaves_no_trace() -> None:
         ret("should_failslab", "kmem_cache_alloc_node"),
         ret("kmem_cache_alloc_node", "__alloc_skb"),
     ]
-    quiet = trace(*edges)
-    preempted = trace(
-        *edges[:2],  # in __cond_resched when the task was switched out:
-        call("__schedule", "_raw_spin_lock"),
-        ret("_raw_spin_lock", "__schedule"),
-        call("__schedule", "pick_next_task_fair"),
-        call("pick_next_task_fair", "put_prev_entity"),
-        call("update_load_avg", "__update_load_avg_se"),
-        ret("__update_load_avg_se", "update_load_avg"),
-        ret("put_prev_entity", "pick_next_task_fair"),
-        ret("pick_next_task_fair", "__schedule"),
-        call("__schedule", "__traceiter_sched_switch"),
-        call("trace_pid_list_is_set", "_raw_spin_lock_irqsave"),
-        ret("_raw_spin_lock_irqsave", "trace_pid_list_is_set"),
-        ret("__traceiter_sched_switch", "__schedule"),
-        call("finish_task_switch.isra.0", "_raw_spin_unlock"),
-        ret("_raw_spin_unlock", "finish_task_switch.isra.0"),
-        *edges[2:],
+    quiet, preempted = _switched_out(
+        edges,
+        [
+            call("__schedule", "_raw_spin_lock"),
+            ret("_raw_spin_lock", "__schedule"),
+            call("__schedule", "pick_next_task_fair"),
+            call("pick_next_task_fair", "put_prev_entity"),
+            call("update_load_avg", "__update_load_avg_se"),
+            ret("__update_load_avg_se", "update_load_avg"),
+            ret("put_prev_entity", "pick_next_task_fair"),
+            ret("pick_next_task_fair", "__schedule"),
+            call("__schedule", "__traceiter_sched_switch"),
+            call("trace_pid_list_is_set", "_raw_spin_lock_irqsave"),
+            ret("_raw_spin_lock_irqsave", "trace_pid_list_is_set"),
+            ret("__traceiter_sched_switch", "__schedule"),
+            call("finish_task_switch.isra.0", "_raw_spin_unlock"),
+            ret("_raw_spin_unlock", "finish_task_switch.isra.0"),
+        ],
     )
-    assert g.normalize(preempted) == g.normalize(quiet)
-    assert "kmem_cache_alloc_node -> __cond_resched" in g.normalize(quiet)
+    assert preempted == quiet
+    assert "kmem_cache_alloc_node -> __cond_resched" in quiet
 
 
 def test_the_pid_filter_run_at_a_switch_leaves_no_trace() -> None:
@@ -98,16 +106,16 @@ def test_the_pid_filter_run_at_a_switch_leaves_no_trace() -> None:
         call("__alloc_skb", "kmalloc_reserve"),
         ret("kmalloc_reserve", "__alloc_skb"),
     ]
-    quiet = trace(*edges)
-    switched = trace(
-        *edges[:2],  # in __cond_resched when the task was switched out:
-        call("trace_pid_list_is_set", "_raw_spin_lock_irqsave"),
-        ret("_raw_spin_lock_irqsave", "trace_pid_list_is_set"),
-        call("trace_pid_list_is_set", "_raw_spin_unlock_irqrestore"),
-        ret("_raw_spin_unlock_irqrestore", "trace_pid_list_is_set"),
-        *edges[2:],
+    quiet, switched = _switched_out(
+        edges,
+        [
+            call("trace_pid_list_is_set", "_raw_spin_lock_irqsave"),
+            ret("_raw_spin_lock_irqsave", "trace_pid_list_is_set"),
+            call("trace_pid_list_is_set", "_raw_spin_unlock_irqrestore"),
+            ret("_raw_spin_unlock_irqrestore", "trace_pid_list_is_set"),
+        ],
     )
-    assert g.normalize(switched) == g.normalize(quiet)
+    assert switched == quiet
 
 
 def test_allocator_slow_path_is_not_part_of_the_golden() -> None:
