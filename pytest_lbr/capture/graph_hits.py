@@ -463,6 +463,13 @@ def _hits_until_return(
             and step.record is not None
             and match(frame.func, frame.addr)
         )
+        if hit is not None and recorded_call and len(step.stack) <= depth:
+            # Called again where the hit's own frame was: the nesting popped it, so
+            # it returned and its return event never came (records lost when the
+            # ring buffer overran, or a kretprobe's missed return). Without this
+            # one lost event would make every later call of the thread's part of it.
+            hits.append(hit)
+            hit = None  # and this call starts the next hit, below
         if hit is None:
             # The returns from the hit's frame and the frames above it, which its
             # return event pops; not those of its callers (the next record's).
@@ -487,18 +494,6 @@ def _hits_until_return(
                     hit.retval = _retval(rec.body)
                     hits.append(hit)
                     hit, returning = None, True
-            continue
-        if recorded_call and len(step.stack) <= depth:
-            # Called again where the hit's own frame was: the nesting popped it, so
-            # it returned and its return event never came (records lost when the
-            # ring buffer overran, or a kretprobe's missed return). Without this
-            # one lost event would make every later call of the thread's part of it.
-            hits.append(hit)
-            rec = step.record
-            assert rec is not None
-            hit = Hit(target.spec, pid=os.getpid(), tid=tid, cpu=rec.cpu, timestamp_ns=rec.ts_ns)
-            open_calls = 1
-            _append(hit, step)
             continue
         if recorded_call:
             open_calls += 1  # a real nested (recursive) call
