@@ -16,7 +16,7 @@ import ast
 import textwrap
 from typing import Any
 
-from pytest_lbr.model import Location, Trace, format_branches, format_hit_header
+from pytest_lbr.model import Location, Trace, format_branches, format_hit_header, helper_matches
 
 __all__ = [
     "MAX_TRACE_LINES",
@@ -140,7 +140,7 @@ def _inlined_in(trace: Trace, helper: str, by: str | None) -> list[str]:
         if by is not None and not _glob(name, by):
             continue
         for call in prog.calls:
-            if call.fate != "inlined" or not _glob(call.helper, helper):
+            if call.fate != "inlined" or not helper_matches(call.helper, helper):
                 continue
             line = f"{call.helper}: inlined by this kernel's verifier in {name}"
             if call.callback:

@@ -6,7 +6,9 @@
     res = prog.run(data=packet)            # BPF_PROG_TEST_RUN
     obj.maps["counts"].lookup(0x45)        # -> bytes | None
     link = prog.attach_xdp("eth0", mode="driver")   # on a real interface
+    link.fd                                # the kernel BPF link's fd
     link.close()                           # detached (idempotent)
+    obj.programs["dump_task"].iterate()    # SEC("iter/task"): what it wrote, as bytes
     loader.close()                         # closes every object it loaded
 
 Map keys and values are `bytes` of exactly the map's key/value size, or an
@@ -29,8 +31,9 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from pytest_lbr.bpf_maps import Map
 from pytest_lbr.errors import UserError
 from pytest_lbr.kernel.helpers import remember_written
 from pytest_lbr.libbpf import (
@@ -65,6 +68,7 @@ __all__ = [
     "BpfObjectNotFound",
     "Link",
     "Map",
+    "NoLinkFd",
     "NotABpfObject",
     "Program",
     "RunResult",
@@ -77,9 +81,6 @@ _EM_BPF = 247
 # Room for data_out beyond data_in: XDP and skb programs may grow the packet
 # (bpf_xdp_adjust_head with a negative delta, bpf_skb_change_tail ...).
 _DATA_OUT_SLACK = 4096
-# Map types whose values are per possible CPU (uapi enum bpf_map_type):
-# PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH, PERCPU_CGROUP_STORAGE.
-_PERCPU_MAP_TYPES = {5, 6, 10, 21}
 
 _T = TypeVar("_T")
 
@@ -116,14 +117,29 @@ class NotABpfObject(UserError, BpfLoadError):
 
 
 class AttachError(UserError, BpfError):
-    """`attach_xdp` / `attach_tc` could not attach: one line naming the program, the
-    interface (and namespace), the kernel's errno and, where it is known, what to do."""
+    """`attach_xdp` / `attach_tc` / `iterate` could not attach or run: one line naming
+    the program, where (an interface and namespace), the kernel's errno and, where it
+    is known, what to do."""
 
     def __init__(self, err: int, what: str, hint: str = "") -> None:
         super().__init__(err, what)
         if hint:
             self.strerror = f"{what}: {os.strerror(err)}: {hint}"
             self.args = (err, self.strerror)
+
+
+class NoLinkFd(UserError, AttributeError):
+    """`Link.fd` of an attachment the kernel keeps no BPF link for (a tc filter):
+    one line saying why. An AttributeError, so `hasattr(link, "fd")` is False."""
+
+
+#: Why `Program.iterate` may fail, by errno, and what to do.
+_ITER_HINTS = {
+    errno.EPERM: "running an iterator needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN)",
+    errno.EACCES: "running an iterator needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN)",
+    errno.EOPNOTSUPP: "this kernel cannot attach iterators (Linux >= 5.8 with BTF can)",
+    errno.EAGAIN: "the program returned non-zero for an object: an iterator returns 0",
+}
 
 
 @dataclass(frozen=True)
@@ -367,6 +383,49 @@ class Program:
         ptr = check_ptr(lib.bpf_program__attach(self._ptr), f"attach {self.name}")
         return self._keep(Link(self.name, ptr))
 
+    @property
+    def section(self) -> str:
+        """The ELF section the program came from, as written in `SEC("...")`."""
+        name = lib.bpf_program__section_name(self._ptr)
+        return name.decode() if name else ""
+
+    def iterate(self) -> bytes:
+        """Run an iterator program (`SEC("iter/task")`, `SEC("iter/bpf_map")`, ...) once
+        over everything it iterates; what it wrote (`BPF_SEQ_PRINTF`, `bpf_seq_write`),
+        as `cat` of its pinned file would print it. It runs in this thread, in the
+        read(2)s of an iterator made (`bpf_program__attach_iter`) and destroyed per call.
+        AttachError (one line) when it is not an iterator or the kernel refuses it.
+        """
+        self._obj._check_open(f"program {self.name}")
+        section = self.section
+        if self.type != "tracing" or not section.startswith("iter"):
+            raise AttachError(
+                errno.EINVAL,
+                f"cannot iterate {self.name}",
+                f'it is a {self.type} program from SEC("{section}"), not an iterator '
+                '(SEC("iter/task") or another SEC("iter/...") makes one)',
+            )
+        what = f'cannot iterate {self.name} (SEC("{section}"))'
+        with libbpf_messages() as log:
+            link = lib.bpf_program__attach_iter(self._ptr, None)
+            err = ctypes.get_errno() or errno.EINVAL
+        if not link:
+            raise AttachError(err, what, _ITER_HINTS.get(err, "") or _last(log))
+        chunks: list[bytes] = []
+        try:
+            fd = lib.bpf_iter_create(lib.bpf_link__fd(link))
+            if fd < 0:
+                err = -fd if fd != -1 else (ctypes.get_errno() or errno.EINVAL)
+                raise AttachError(err, what, _ITER_HINTS.get(err, ""))
+            try:
+                while chunk := _read_iter(fd, what):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+        finally:
+            lib.bpf_link__destroy(link)
+        return b"".join(chunks)
+
     def _keep(self, link: _L) -> _L:
         self._obj._links.append(link)
         return link
@@ -437,6 +496,15 @@ class Program:
         return f"<Program {self.name} id={self.id} tag={self.tag} type={self.type}>"
 
 
+def _read_iter(fd: int, what: str) -> bytes:
+    """One read(2) of an iterator's fd: the next bytes the program wrote, b"" at the end."""
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError as exc:
+        err = exc.errno or errno.EIO
+        raise AttachError(err, f"{what}: read failed", _ITER_HINTS.get(err, "")) from None
+
+
 class Link:
     """An attachment of a `Program`; a context manager. `close()` detaches (idempotent)."""
 
@@ -445,6 +513,7 @@ class Link:
     ) -> None:
         #: The attached program's name (a link does not keep its object alive).
         self.program = program
+        self._ptr = ptr  # libbpf's struct bpf_link (None: attached some other way)
         if ptr is not None:
             detach = lambda: lib.bpf_link__destroy(ptr)  # noqa: E731
         self._detach: Callable[[], object] | None = detach
@@ -452,6 +521,22 @@ class Link:
     @property
     def closed(self) -> bool:
         return self._detach is None
+
+    @property
+    def fd(self) -> int:
+        """The kernel BPF link's fd (libbpf's `bpf_link__fd`), owned by this link: do not
+        close it. For a perf-event attachment (kprobe, tracepoint, uprobe) on a kernel
+        without BPF perf links (< 5.15) libbpf's fd is the perf event's. Raises NoLinkFd
+        (an AttributeError) where there is none (a tc filter), ValueError once closed.
+        """
+        if self.closed:
+            raise ValueError(f"link of {self.program} is closed: it has no fd any more")
+        return self._link_fd()
+
+    def _link_fd(self) -> int:
+        if self._ptr is None:
+            raise NoLinkFd(f"link of {self.program} has no fd: it was not made as a BPF link")
+        return check_int(lib.bpf_link__fd(self._ptr), f"fd of the link of {self.program}")
 
     def close(self) -> None:
         """Detach (idempotent: only the first call does anything, even if it failed)."""
@@ -479,6 +564,7 @@ class XdpLink(Link):
         self, program: str, fd: int, interface: str, ifindex: int, netns: str | None, mode: str
     ) -> None:
         super().__init__(program, detach=lambda: os.close(fd))
+        self._fd = fd
         #: The interface's name and index, and the namespace it is in (None: this one).
         self.interface = interface
         self.ifindex = ifindex
@@ -509,6 +595,9 @@ class XdpLink(Link):
 
         mode = call_in(self.netns, query)
         return XDP_ATTACHED_MODES.get(mode, str(mode))
+
+    def _link_fd(self) -> int:
+        return self._fd  # the BPF link attach_xdp made with bpf_link_create
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "attached"
@@ -544,6 +633,13 @@ class TcLink(Link):
         #: The filter's handle and priority (`tc filter show dev IF ingress`: pref, handle).
         self.handle = handle
         self.priority = priority
+
+    def _link_fd(self) -> int:
+        raise NoLinkFd(
+            f"a tc filter has no link fd: {self.program} on {_on(self.interface, self.netns)} "
+            f"{self.direction} is a netlink filter (bpf_tc_attach), not a BPF link; "
+            f"it is known by handle {self.handle:#x} and priority {self.priority}"
+        )
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "attached"
@@ -644,105 +740,6 @@ def _release_clsact(key: tuple[str | None, int], ifindex: int) -> None:
 def _last(log: list[str]) -> str:
     """libbpf's last message (for tc: the kernel's netlink error text), one line."""
     return " ".join(log[-1].split()) if log else ""
-
-
-class Map:
-    """One map of a `BpfObject`. Keys and values: bytes, or int packed little-endian."""
-
-    def __init__(self, obj: BpfObject, ptr: int) -> None:
-        self._obj = obj
-        self.name: str = lib.bpf_map__name(ptr).decode()
-        self._fd: int = lib.bpf_map__fd(ptr)
-        self.key_size: int = lib.bpf_map__key_size(ptr)
-        self.value_size: int = lib.bpf_map__value_size(ptr)
-        self.max_entries: int = lib.bpf_map__max_entries(ptr)
-        self._type_id: int = lib.bpf_map__type(ptr)
-        if self._type_id in _PERCPU_MAP_TYPES:
-            ncpus = check_int(lib.libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
-            self._buf_size = (self.value_size + 7) // 8 * 8 * ncpus
-        else:
-            self._buf_size = self.value_size
-
-    @property
-    def fd(self) -> int:
-        """The map's fd, owned by its object (do not close it)."""
-        self._obj._check_open(f"map {self.name}")
-        return self._fd
-
-    def _pack(self, what: str, v: bytes | bytearray | int, size: int) -> Any:
-        if isinstance(v, int):
-            try:
-                raw = v.to_bytes(size, "little", signed=v < 0)
-            except OverflowError:
-                raise ValueError(
-                    f"map {self.name}: {what} {v} does not fit in {size} bytes"
-                ) from None
-        else:
-            raw = bytes(v)
-            if len(raw) != size:
-                raise ValueError(
-                    f"map {self.name}: {what} is {len(raw)} bytes, the map's is {size}"
-                )
-        return ctypes.create_string_buffer(raw, max(size, 1))
-
-    def lookup(self, key: bytes | bytearray | int) -> bytes | None:
-        """The value at `key`, or None if there is none."""
-        k = self._pack("key", key, self.key_size)
-        v = ctypes.create_string_buffer(max(self._buf_size, 1))
-        ret = lib.bpf_map_lookup_elem(self.fd, k, v)
-        if ret < 0:
-            err = -ret if ret != -1 else ctypes.get_errno()
-            if err == errno.ENOENT:
-                return None
-            check_int(ret, f"lookup in map {self.name}")
-        return v.raw[: self._buf_size]
-
-    def __getitem__(self, key: bytes | bytearray | int) -> bytes:
-        value = self.lookup(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def update(self, key: bytes | bytearray | int, value: bytes | bytearray | int) -> None:
-        """Set `key` to `value` (creating it if needed)."""
-        k = self._pack("key", key, self.key_size)
-        v = self._pack("value", value, self._buf_size)
-        check_int(lib.bpf_map_update_elem(self.fd, k, v, 0), f"update of map {self.name}")
-
-    def delete(self, key: bytes | bytearray | int) -> bool:
-        """Delete `key`; False if it was not there. Array maps cannot delete (EINVAL)."""
-        k = self._pack("key", key, self.key_size)
-        ret = lib.bpf_map_delete_elem(self.fd, k)
-        if ret < 0 and (-ret if ret != -1 else ctypes.get_errno()) == errno.ENOENT:
-            return False
-        check_int(ret, f"delete from map {self.name}")
-        return True
-
-    def keys(self) -> Iterator[bytes]:
-        """Every key, in the kernel's iteration order."""
-        fd = self.fd
-        cur = None
-        nxt = ctypes.create_string_buffer(max(self.key_size, 1))
-        while True:
-            ret = lib.bpf_map_get_next_key(fd, cur, nxt)
-            if ret < 0:
-                if (-ret if ret != -1 else ctypes.get_errno()) == errno.ENOENT:
-                    return
-                check_int(ret, f"iteration of map {self.name}")
-            key = nxt.raw[: self.key_size]
-            yield key
-            cur = ctypes.create_string_buffer(key, max(self.key_size, 1))
-
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs as bytes; entries deleted meanwhile are skipped."""
-        for key in self.keys():
-            value = self.lookup(key)
-            if value is not None:
-                yield key, value
-
-    def __repr__(self) -> str:
-        sizes = f"key={self.key_size}B value={self.value_size}B max={self.max_entries}"
-        return f"<Map {self.name} {sizes}>"
 
 
 class BpfLoader:

@@ -373,6 +373,10 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_program__attach_uprobe_opts", ptr, ptr, c_int, c_char_p, c_size_t, ptr)
     _proto(cdll, "bpf_program__attach", c_void_p, c_void_p)
     _proto(cdll, "bpf_link__fd", c_int, c_void_p)
+    # Iterator programs (pytest_lbr.bpf: Program.iterate).
+    _proto(cdll, "bpf_program__section_name", c_char_p, c_void_p)
+    _proto(cdll, "bpf_program__attach_iter", c_void_p, c_void_p, c_void_p)
+    _proto(cdll, "bpf_iter_create", c_int, c_int)
     # Real attachment to network interfaces (pytest_lbr.bpf: attach_xdp, attach_tc).
     _proto(cdll, "bpf_link_create", c_int, c_int, c_int, c_int, c_void_p)
     _proto(cdll, "bpf_xdp_query", c_int, c_int, c_int, c_void_p)

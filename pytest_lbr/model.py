@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from pytest_lbr.macros import helpers_of
+
 __all__ = [
     "BRANCH_KINDS",
     "CALL_KINDS",
@@ -27,6 +29,7 @@ __all__ = [
     "PathMatch",
     "ProgramCalls",
     "Trace",
+    "helper_matches",
 ]
 
 #: Every value `Branch.kind` can take. "unseen" (graph backend only) enters a
@@ -91,7 +94,7 @@ class ProgramCalls:
 
     def inlined(self, helper: str) -> bool:
         """True if a call of `helper` (glob) was inlined by the verifier."""
-        return any(c.fate == "inlined" and _match(c.helper, helper) for c in self.calls)
+        return any(c.fate == "inlined" and helper_matches(c.helper, helper) for c in self.calls)
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,13 @@ class Location:
         return self.name
 
     def matches(self, pattern: str) -> bool:
-        """True if the symbol or the helper name matches `pattern` (glob)."""
-        return _match(self.symbol, pattern) or _match(self.helper, pattern)
+        """True if the symbol or the helper name matches `pattern` (glob), or
+        `pattern` is a libbpf macro that calls this helper (`bpf_printk`)."""
+        return (
+            _match(self.symbol, pattern)
+            or _match(self.helper, pattern)
+            or (self.helper is not None and helper_matches(self.helper, pattern))
+        )
 
     def __str__(self) -> str:
         src = self.source
@@ -402,6 +410,12 @@ def format_trace(trace: Trace) -> str:
         if hit.branches:
             out.append(format_branches(hit.branches))
     return "\n".join(out)
+
+
+def helper_matches(helper: str, pattern: str) -> bool:
+    """True if a helper's name (as bpf_helpers.h spells it) matches `pattern`: a
+    glob, or a libbpf macro that expands into a call of it ("bpf_printk")."""
+    return _match(helper, pattern) or helper in helpers_of(pattern)
 
 
 def _match(name: str | None, pattern: str) -> bool:

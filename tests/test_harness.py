@@ -1,22 +1,35 @@
-"""The `bpf` harness against the real kernel: load, test-run, maps, errors, cleanup.
+"""The `bpf` harness against the real kernel: load, test-run, maps, errors, cleanup,
+link fds and iterator programs.
 
-Runs on any host where root may load BPF programs (BPF_PROG_TEST_RUN needs no
-tracing); skipped with the reason otherwise.
+Runs on any host where root may load BPF programs (BPF_PROG_TEST_RUN and task
+iterators need no tracing); skipped with the reason otherwise.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import gc
+import json
 import os
+import shutil
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pytest_lbr.bpf import BpfLoader, BpfLoadError, BpfObject, RunResult
-from pytest_lbr.libbpf import BpfError, lib, libbpf_messages
+from pytest_lbr.bpf import (
+    AttachError,
+    BpfLoader,
+    BpfLoadError,
+    BpfObject,
+    NoLinkFd,
+    RunResult,
+    TcLink,
+)
+from pytest_lbr.libbpf import BpfError, bpf_link_info, check_int, lib, libbpf_messages
 from tests.bpf.objects import (
     LAST_CPU,
     LAST_CSUM,
@@ -260,3 +273,113 @@ def test_object_context_manager_and_finalizer():
     del obj
     gc.collect()
     assert not _prog_exists(prog_id)
+
+
+# -- Link.fd and Program.iterate: a task iterator runs on any host that loads BPF ------
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Made by BPF links: not while tests/test_netns.py compares the machine's links.
+links_group = pytest.mark.xdist_group("netns")
+
+
+def built_object(folder: str, name: str, path: str) -> Path:
+    """ROOT/folder/path, built with `make -C folder` if missing (ci/setup builds it)."""
+    obj = ROOT / folder / path
+    if not obj.exists():
+        if shutil.which("clang") is None or shutil.which("bpftool") is None:
+            pytest.skip(f"{obj} is not built and clang/bpftool are missing (run bash ci/setup)")
+        subprocess.run(["make", "-s", "-C", str(ROOT / folder)], check=True)
+    return obj
+
+
+@pytest.fixture
+def iterator(loader):
+    path = built_object("tests/conformance", "iter_task", "build/iter_task.bpf.o")
+    return loader.load(path).programs["dump_task"]
+
+
+def link_info(fd: int) -> bpf_link_info:
+    info = bpf_link_info()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    check_int(lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "info")
+    return info
+
+
+def links_of(prog_id: int) -> list[dict]:
+    """The machine's BPF links of program `prog_id` (bpftool)."""
+    if shutil.which("bpftool") is None:
+        pytest.skip("bpftool is not installed")
+    out = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True)
+    return [link for link in json.loads(out.stdout or "[]") if link.get("prog_id") == prog_id]
+
+
+def read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@links_group
+def test_iterate_returns_what_the_iterator_wrote(iterator):
+    assert iterator.section == "iter/task"
+    out = iterator.iterate()
+    pid = os.getpid()
+    # tests/conformance/iter_task.bpf.c: a line and a record per task, then a trailer.
+    assert out.startswith(b"    tgid      pid comm\n"), out[:100]
+    assert b"%8d %8d " % (pid, pid) in out
+    assert struct.pack("<4sII", b"TSK1", pid, pid) in out
+    assert out.endswith(b"end of tasks\n") and out.count(b"TSK1") > 1, out[-100:]
+    # Each call runs it anew, and leaves no attachment behind.
+    assert b"%8d %8d " % (pid, pid) in iterator.iterate()
+    assert links_of(iterator.id) == []
+
+
+def test_iterate_refuses_a_program_that_is_not_an_iterator(obj):
+    with pytest.raises(AttachError) as info:
+        obj.programs["xdp_cpu"].iterate()
+    text = str(info.value)
+    assert "cannot iterate xdp_cpu" in text and "not an iterator" in text, text
+    assert 'it is a xdp program from SEC("xdp")' in text and "\n" not in text, text
+
+
+@links_group
+def test_link_fd_is_the_kernel_link_of_the_attachment(iterator):
+    with iterator.attach() as link:  # SEC("iter/task"): an iterator link
+        info = link_info(link.fd)
+        assert info.prog_id == iterator.id
+        assert [entry["id"] for entry in links_of(iterator.id)] == [info.id]
+        # What the fd is for: bpf_iter_create(link fd) runs the iterator once more.
+        fd = check_int(lib.bpf_iter_create(link.fd), "bpf_iter_create")
+        try:
+            assert b"%8d " % os.getpid() in read_all(fd)
+        finally:
+            os.close(fd)
+    assert links_of(iterator.id) == []
+    with pytest.raises(ValueError, match="link of dump_task is closed"):
+        _ = link.fd
+
+
+def test_a_tc_link_has_no_fd_and_says_why():
+    # A tc filter is a netlink object, not a BPF link: nothing to attach for this.
+    link = TcLink("tc_classifier", "veth0", 7, None, "ingress", 1, 49152)
+    assert not hasattr(link, "fd")
+    with pytest.raises(NoLinkFd) as info:
+        _ = link.fd
+    text = str(info.value)
+    assert isinstance(info.value, AttributeError) and "\n" not in text
+    assert text.startswith("a tc filter has no link fd: tc_classifier on veth0 ingress"), text
+    assert "handle 0x1 and priority 49152" in text, text
+
+
+@links_group
+def test_an_xdp_link_fd_is_its_bpf_link(loader):
+    from pytest_lbr.netns import VethPair
+
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2's ip is not installed")
+    path = built_object("examples", "veth_xdp", "veth_xdp/build/veth_xdp.bpf.o")
+    prog = loader.load(path).programs["veth_xdp"]
+    with VethPair.create() as pair, prog.attach_xdp(pair.host.name, mode="generic") as link:
+        info = link_info(link.fd)
+        assert (info.id, info.prog_id) == (link.id, prog.id)

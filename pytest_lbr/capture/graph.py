@@ -56,6 +56,7 @@ from pytest_lbr.capture.base import (
     CaptureError,
     Scope,
 )
+from pytest_lbr.capture.call_sites import call_sites
 from pytest_lbr.capture.graph_hits import (
     TRACE_CLOCK,
     HitBuilder,
@@ -369,6 +370,7 @@ class GraphCapture:
         self._tids: set[int] = set()
         self._notes: list[str] = []
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
+        self._starts: dict[int, list[int]] = {}  # program target index -> its JITed functions
         self._exits: HookSet | ProgramExits | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
         self._live: LiveState | None = None  # set by live(): read with poll() while armed
@@ -599,6 +601,8 @@ class GraphCapture:
             self._user,
             self._exit_targets,
             interrupts=self.scope.interrupts,
+            starts=self._starts,
+            site_of=call_sites,
         )
 
     def _keeps(self, end: int | None) -> Callable[[FunctionRecord | EventRecord], bool]:
@@ -671,7 +675,9 @@ class GraphCapture:
                 from pytest_lbr.capture.progs import resolve_program
 
                 with resolve_program(t) as ref:
-                    self._matchers.append(program_matcher(ref.ksyms, _jited_ranges(ref.fd)))
+                    ranges = _jited_ranges(ref.fd)
+                    self._matchers.append(program_matcher(ref.ksyms, ranges))
+                    self._starts[i] = [lo for lo, _ in ranges]
                 programs.append(i)
             elif t.kind == "tp":
                 assert t.tracepoint is not None

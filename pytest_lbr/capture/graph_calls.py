@@ -16,6 +16,10 @@ from typing import TypeVar
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
 
 __all__ = [
+    "SiteFinder",
+    "called_by_program",
+    "calling_frame",
+    "unseen_frame",
     "BPF_SYMBOL_RE",
     "Frame",
     "Mentions",
@@ -40,6 +44,9 @@ class Frame:
     #: The call site this frame returns to (None: entered unseen, e.g. a BPF
     #: program the function tracer cannot record, or a frame older than the trace).
     call: FunctionRecord | None = None
+    #: The return address of this frame's latest call seen so far (0: none):
+    #: where its code was when it called next.
+    last_site: int = 0
 
 
 @dataclass(slots=True)
@@ -55,10 +62,80 @@ class Step:
     record: FunctionRecord | EventRecord | None = None
 
 
+#: Where function (name or None, start) calls `callee_addr`, at or after a return
+#: address: (its name, its start, the call's return address), or None where its
+#: code holds no such call (`pytest_lbr.capture.call_sites.CallSites`).
+SiteFinder = Callable[[str | None, int, int, int], tuple[str, int, int] | None]
+
+
+def unseen_frame(
+    rec: FunctionRecord, caller: tuple[str | None, int, int] | None, site_of: SiteFinder | None
+) -> Frame:
+    """The frame of `rec`'s parent, entered without a record of its own.
+
+    `caller`: (name, start, latest call site) of the frame running when it was
+    entered. Where the caller's code calls it (`site_of`), the frame gets that
+    call as its call site; else its caller stays unknown.
+    """
+    start = rec.parent_addr - rec.parent_off
+    assert rec.parent is not None
+    if caller is None or site_of is None:
+        return Frame(rec.parent, start)
+    site = site_of(caller[0], caller[1], start, caller[2])
+    if site is None:
+        return Frame(rec.parent, start)
+    name, caller_start, ret = site
+    call = FunctionRecord(
+        rec.tid, rec.cpu, rec.ts_ns, rec.in_irq, rec.parent, start,
+        name, ret - caller_start, ret, rec.tgid, rec.comm,
+    )  # fmt: skip
+    return Frame(rec.parent, start, call)
+
+
+def calling_frame(
+    rec: FunctionRecord, stack: Sequence[Frame], upto: int, site_of: SiteFinder | None
+) -> tuple[int | None, Frame]:
+    """(depth of the caller on `stack`, the frame of `rec`'s unrecorded parent).
+
+    The caller is the innermost frame at or below `upto` (the innermost known to
+    be running) whose code calls the parent: a frame the function tracer still
+    thinks running may have returned (it records no returns), a frame whose code
+    holds no such call did not make it. None: no frame's code calls it.
+    """
+    for depth in range(upto, -1, -1):
+        f = stack[depth]
+        frame = unseen_frame(rec, (f.func, f.addr, f.last_site), site_of)
+        if frame.call is not None:
+            f.last_site = frame.call.parent_addr
+            return depth, frame
+    assert rec.parent is not None
+    return None, Frame(rec.parent, rec.parent_addr - rec.parent_off)
+
+
+def called_by_program(
+    rec: FunctionRecord,
+    site: tuple[str | None, int, int] | None,
+    starts: Sequence[int],
+    site_of: SiteFinder | None,
+) -> Frame:
+    """The frame of `rec`'s parent, an unrecorded function the program called: from
+    its function of the latest call `site`, or (none yet in this run) from whichever
+    of its functions (`starts`) calls it."""
+    if site is not None:
+        return unseen_frame(rec, site, site_of)
+    frame = Frame(rec.parent or "", rec.parent_addr - rec.parent_off)
+    for start in starts:
+        frame = unseen_frame(rec, (None, start, 0), site_of)
+        if frame.call is not None:
+            break
+    return frame
+
+
 def reconstruct(
     records: Iterable[FunctionRecord | EventRecord],
     returns: dict[str, str] | None = None,
     mentions: Mentions | None = None,
+    site_of: SiteFinder | None = None,
 ) -> Iterator[Step]:
     """Nest one thread's records into calls and returns.
 
@@ -69,7 +146,8 @@ def reconstruct(
     is pushed as an unseen frame (no call site). Who called it is unknown: it
     goes under a BPF frame if it is BPF code, else under the innermost frame
     known to be still running (`Mentions.running`), never under a frame that
-    may have returned (the function tracer records no returns).
+    may have returned (the function tracer records no returns). That frame is
+    its caller where the caller's code calls it (`site_of`, `unseen_frame`).
     An event named in `returns` (a kretprobe event -> its function) is a real
     return: the innermost frame of that function and all above it are popped.
     Frames still open at the end are returned from, innermost first.
@@ -108,12 +186,17 @@ def reconstruct(
                 )
                 if bpf is None:
                     bpf = mentions.innermost_running(stack, index)
-                yield from pop_to(0 if bpf is None else bpf + 1)
-                unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
+                caller, unseen = (
+                    calling_frame(rec, stack, bpf, site_of) if bpf is not None else (None, None)
+                )
+                yield from pop_to(0 if bpf is None else (caller if caller is not None else bpf) + 1)
+                if unseen is None:
+                    unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
                 stack.append(unseen)
                 yield Step("call", unseen, list(stack))
             else:
                 yield from pop_to(depth + 1)
+            stack[-1].last_site = rec.parent_addr
         frame = Frame(rec.func, rec.func_addr, rec)
         stack.append(frame)
         yield Step("call", frame, list(stack), rec)

@@ -22,15 +22,19 @@ from typing import TYPE_CHECKING
 from pytest_lbr.capture.graph_calls import (
     Frame,
     Mentions,
+    SiteFinder,
     Step,
+    called_by_program,
+    calling_frame,
     innermost,
     innermost_call,
     reconstruct,
 )
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
+from pytest_lbr.capture.graph_trampoline import trampoline_frame, without_exit_hooks
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location
-from pytest_lbr.noise import EXIT_HOOK_FRAMES, PROBE_HANDLERS
+from pytest_lbr.noise import PROBE_HANDLERS
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is read
@@ -147,6 +151,10 @@ class HitBuilder:
     #: The program targets whose returns come from fexit records.
     exit_targets: list[int] = field(default_factory=list)
     interrupts: bool = False
+    #: Program target index -> its JITed functions' start addresses (main first).
+    starts: dict[int, list[int]] = field(default_factory=dict)
+    #: Where a caller calls a function the tracer did not record (`SiteFinder`).
+    site_of: SiteFinder | None = None
 
     def build(
         self,
@@ -165,6 +173,8 @@ class HitBuilder:
             {i: exits.get(i, []) for i in self.exit_targets},
             interrupts=self.interrupts,
             open_ended=open_ended,
+            starts=self.starts,
+            site_of=self.site_of,
         )
 
 
@@ -179,6 +189,8 @@ def build_hits(
     *,
     interrupts: bool = False,
     open_ended: list[bool] | None = None,
+    starts: dict[int, list[int]] | None = None,
+    site_of: SiteFinder | None = None,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
@@ -190,7 +202,8 @@ def build_hits(
     `exits[i]` holds the fexit records of program target i (its runs' returns).
     `open_ended`, if given, gets True added when nesting a thread's records
     looked for records after its last one (`Mentions.looked_past_end`): more
-    records could nest them differently.
+    records could nest them differently. `starts` and `site_of` give a function
+    the tracer did not record its caller (`_program_runs`, `reconstruct`).
 
     Records made in interrupt context are dropped, or with `interrupts` kept
     as a context of their own beside the interrupted thread's (a NAPI poll
@@ -245,9 +258,9 @@ def build_hits(
     hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
     hits: list[Hit] = []
     for (tid, irq, inner), recs in contexts.items():
-        recs = _without_exit_hooks(recs, hook_times)
+        recs = without_exit_hooks(recs, hook_times)
         mentions = Mentions(recs, returns)
-        steps = list(reconstruct(recs, returns, mentions))
+        steps = list(reconstruct(recs, returns, mentions, site_of))
         if open_ended is not None and mentions.looked_past_end:
             open_ended.append(True)
         mine = exits_in.get((tid, irq, inner), {})
@@ -260,7 +273,9 @@ def build_hits(
                 found.extend(_user_hits(target, events[i], user[i], tid, steps))
             elif target.kind == "prog":
                 ends = sorted(r.ts_ns for r in mine.get(i, []))
-                runs = _program_runs(target, matchers[i], tid, recs, ends)
+                runs = _program_runs(
+                    target, matchers[i], tid, recs, ends, (starts or {}).get(i, ()), site_of
+                )
                 if i in exits:
                     runs = _with_returns(target, tid, runs, mine.get(i, []))
                 found.extend(runs)
@@ -307,71 +322,6 @@ def _task_of(
         except (OSError, ValueError):
             pid = 0
     return pid, comm
-
-
-#: `EXIT_HOOK_FRAMES` compiled: each, and any of them.
-_HOOK_FRAME_RES = {k: re.compile(fnmatch.translate(p)) for k, p in EXIT_HOOK_FRAMES.items()}
-_HOOK_FRAME_RE = re.compile("|".join(f"(?:{r.pattern})" for r in _HOOK_FRAME_RES.values()))
-
-
-def _without_exit_hooks(
-    records: list[FunctionRecord | EventRecord], hook_times: Iterable[int]
-) -> list[FunctionRecord | EventRecord]:
-    """One thread's function records without those of our fexit hooks (`EXIT_HOOK_FRAMES`).
-
-    The trampoline's helpers are notrace: only what they call names them, as the
-    parent. A hook runs from the first record called by `__bpf_prog_enter*` to
-    the last one called by the next `__bpf_prog_exit*` (and what those called);
-    it is ours when one of `hook_times` (when our fexit program ran: its records'
-    bpf_ktime_get_ns) falls in between, so a user's fentry/fexit program stays.
-    Records called by `__bpf_tramp_enter`/`exit` (and their callees) are dropped
-    wherever they are. Cut by time, not by name: the tracer program's kallsyms
-    name may be the traced program's, and some of what it calls is notrace
-    (bpf_ringbuf_commit), so its callees name a parent never entered.
-    """
-    funcs = [r if isinstance(r, FunctionRecord) else None for r in records]
-    if not any(r is not None and r.parent and _HOOK_FRAME_RE.match(r.parent) for r in funcs):
-        return records  # no hook ran here (a live trace's usual poll)
-    times = sorted(hook_times)
-    drop = [False] * len(records)
-
-    def called_by(r: FunctionRecord | None, key: str) -> bool:
-        return r is not None and _HOOK_FRAME_RES[key].match(r.parent or "") is not None
-
-    def drop_calls(start: int, key: str) -> int:
-        """Drop the records from `start` on called by `key` or by what they entered."""
-        entered: set[str] = set()
-        i = start
-        while i < len(records):
-            r = funcs[i]
-            if r is not None:
-                if not (called_by(r, key) or r.parent in entered):
-                    break
-                entered.add(r.func)
-                drop[i] = True
-            i += 1
-        return i
-
-    i = 0
-    while i < len(records):
-        r = funcs[i]
-        if called_by(r, "trampoline"):
-            i = drop_calls(i, "trampoline")
-            continue
-        if r is not None and called_by(r, "enter"):
-            end = next((j for j in range(i + 1, len(records)) if called_by(funcs[j], "exit")), None)
-            if end is not None and _any_between(times, r.ts_ns, records[end].ts_ns):
-                for j in range(i, end):
-                    drop[j] = funcs[j] is not None
-                i = drop_calls(end, "exit")
-                continue
-        i += 1
-    return [r for r, gone in zip(records, drop, strict=True) if not gone]
-
-
-def _any_between(times: list[int], lo: int, hi: int) -> bool:
-    k = bisect.bisect_left(times, lo)
-    return k < len(times) and times[k] <= hi
 
 
 def _with_returns(target: Target, tid: int, runs: list[Hit], exits: list[RawHit]) -> list[Hit]:
@@ -509,6 +459,8 @@ def _program_runs(
     tid: int,
     records: list[FunctionRecord | EventRecord],
     ends: Sequence[int] = (),
+    starts: Sequence[int] = (),
+    site_of: SiteFinder | None = None,
 ) -> list[Hit]:
     """One hit per run of a BPF program: the calls it made and what they called.
 
@@ -524,11 +476,15 @@ def _program_runs(
     `ends` (sorted) are when runs returned (their fexit records): a record after
     one is a later run's, even where no machinery was recorded between them (a
     system-wide trace narrowed to the program's calls records none).
+    `starts`: the program's JITed functions (main first), where `site_of` looks
+    for the call of an unrecorded function the program called.
     """
     hits: list[Hit] = []
     hit: Hit | None = None
     outer: list[str] = []
     inner: list[Frame] = []
+    #: The program's latest call site in this run: (function name, start, return address).
+    site: tuple[str | None, int, int] | None = None
 
     def pop_to(depth: int) -> None:
         assert hit is not None
@@ -537,11 +493,11 @@ def _program_runs(
             inner.pop()
 
     def close() -> None:
-        nonlocal hit
+        nonlocal hit, site
         assert hit is not None
         pop_to(0)
         hits.append(hit)
-        hit = None
+        hit, site = None, None
 
     mentions = Mentions(records, {})
     next_end = 0
@@ -553,25 +509,57 @@ def _program_runs(
             if hit is not None:
                 close()
         parent = rec.parent or ""
+        if hit is not None and trampoline_frame(parent):
+            close()  # a tracing program returned to its trampoline: the run is over
         if in_program(parent, rec.parent_addr):
             if hit is None:
                 hit = Hit(target.spec, cpu=rec.cpu, pid=os.getpid(), tid=tid)
                 hit.timestamp_ns = rec.ts_ns
+            site = (rec.parent, rec.parent_addr - rec.parent_off, rec.parent_addr)
             # The program called again: its previous call has returned.
             pop_to(0)
+        elif hit is None and starts and parent not in outer and not trampoline_frame(parent):
+            # A run whose first call went to a function the tracer cannot record
+            # (an iterator calling bpf_seq_printf): its callee names it as parent,
+            # and the program's code calls it.
+            frame = called_by_program(rec, None, starts, site_of)
+            if frame.call is not None:
+                hit = Hit(target.spec, cpu=rec.cpu, pid=os.getpid(), tid=tid)
+                hit.timestamp_ns = rec.ts_ns
+                call = frame.call
+                site = (call.parent, call.parent_addr - call.parent_off, call.parent_addr)
+                inner.append(frame)
+                _append(hit, Step("call", frame, list(inner)))
         elif hit is not None:
             depth = innermost_call(inner, parent)
             if depth is not None:
                 pop_to(depth + 1)
+                inner[depth].last_site = rec.parent_addr
             elif parent in outer:
                 close()
             else:
-                # A parent never recorded (notrace, e.g. an out-of-line `inline`
-                # function): an unseen caller, under the innermost call known to
-                # be still running (or the program itself), not under the top.
+                # A parent never recorded (notrace: a helper in kernel/trace/, an
+                # out-of-line `inline` function), under the innermost call known
+                # to be still running (or the program itself), not under the top:
+                # that frame called it, where its code holds the call.
                 running = mentions.innermost_running(inner, index)
-                pop_to(0 if running is None else running + 1)
-                inner.append(Frame(parent, rec.parent_addr - rec.parent_off))
+                caller: int | None = None
+                if running is not None:
+                    caller, frame = calling_frame(rec, inner, running, site_of)
+                if caller is None:
+                    # No running frame's code calls it: the program's may (a frame
+                    # the tracer thinks running had returned), else it stays under
+                    # the running one, its caller unknown.
+                    by_program = called_by_program(rec, site, starts, site_of)
+                    if by_program.call is not None or running is None:
+                        frame = by_program
+                    else:
+                        caller = running
+                pop_to(0 if caller is None else caller + 1)
+                if caller is None and frame.call is not None:
+                    call = frame.call
+                    site = (call.parent, call.parent_addr - call.parent_off, call.parent_addr)
+                inner.append(frame)
                 _append(hit, Step("call", inner[-1], list(inner)))
         if hit is None:
             depth = innermost(outer, parent.__eq__)

@@ -145,11 +145,11 @@ def helper_ids() -> dict[int, str]:
         lib.btf__free(btf)
 
 
-def _data_symbols(suffix: str, path: str = "/proc/kallsyms") -> Iterator[tuple[str, int]]:
+def _data_symbols(part: str, path: str = "/proc/kallsyms") -> Iterator[tuple[str, int]]:
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             parts = line.split()
-            if len(parts) == 3 and parts[1] in "dDrR" and parts[2].endswith(suffix):
+            if len(parts) == 3 and parts[1] in "dDrR" and part in parts[2]:
                 addr = int(parts[0], 16)
                 if addr:
                     yield parts[2], addr
@@ -186,6 +186,28 @@ class KernelMemory:
         self._f.close()
 
 
+#: Proto name parts that are not in the helper's name: the kernel's variants
+#: for some program types (kernel/trace/bpf_trace.c: bpf_get_stackid_proto_tp,
+#: bpf_perf_event_output_proto_raw_tp, bpf_sk_storage_get_tracing_proto) and the
+#: unsafe reads kept for old programs (bpf_probe_read_compat_str_proto runs
+#: bpf_probe_read_str: Linux kernel commit 0ebeea8ca8a4 ("bpf: Restrict
+#: bpf_probe_read{, str}() only to archs where they work") (in v5.5)).
+_PROTO_SUFFIXES = ("_proto_raw_tp", "_proto_tp", "_proto_pe", "_tracing_proto", "_proto")
+
+
+def proto_helper(symbol: str, helpers: set[str]) -> str | None:
+    """The helper a `struct bpf_func_proto` named `symbol` serves, where its name says
+    it (`bpf_probe_read_compat_str_proto` -> `bpf_probe_read_str`); else None."""
+    for suffix in _PROTO_SUFFIXES:
+        if symbol.endswith(suffix):
+            base = symbol.removesuffix(suffix)
+            for name in (base, base.replace("_compat", "", 1)):
+                if name in helpers:
+                    return name
+            return None
+    return None
+
+
 def helper_implementations(
     names: Iterable[str],
     locate: Callable[[int], str | None],
@@ -203,10 +225,15 @@ def helper_implementations(
     `*_proto` (name, address) pairs of a kallsyms read the caller made already
     (None: /proc/kallsyms is read here).
     """
-    wanted = {f"{n}_proto": n for n in names}
+    helpers = set(names)
+    wanted = {f"{n}_proto": n for n in helpers}
     try:
-        symbols = _data_symbols("_proto") if listed is None else listed
+        symbols = list(_data_symbols("_proto") if listed is None else listed)
         protos = [(wanted[s], a) for s, a in symbols if s in wanted]
+        # Protos named otherwise come after those named exactly (which win).
+        protos += [
+            (h, a) for s, a in symbols if s not in wanted and (h := proto_helper(s, helpers))
+        ]
     except OSError as exc:
         return {}, f"cannot read /proc/kallsyms: {exc.strerror}"
     if not protos and data_address is not None:

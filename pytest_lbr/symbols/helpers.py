@@ -108,22 +108,53 @@ def align(
         for j in range(m - 1, -1, -1):
             take = best[i + 1][j + 1] + 1 if _fate(written[i], ran[j], implements) else 0
             best[i][j] = max(take, best[i + 1][j], best[i][j + 1])
-    out: list[HelperCall] = []
+    pairs: list[tuple[int, int, str]] = []  # (written index, ran index, fate)
     i = j = 0
-    callbacks = callbacks or {}
     while i < n:
         fate = _fate(written[i], ran[j], implements) if j < m else None
         if fate and best[i][j] == best[i + 1][j + 1] + 1:
-            func = None if fate == "tail call" else ran[j]
-            out.append(HelperCall(written[i], fate, func, callbacks.get(i)))
+            pairs.append((i, j, fate))
             i, j = i + 1, j + 1
         elif j < m and best[i][j] == best[i][j + 1]:
-            j += 1  # a call the source did not write (never seen so far)
+            j += 1
         else:
-            # Unmatched: inlined, unless nothing says which calls were rewritten.
-            fate = "inlined" if implements else "unknown"
-            out.append(HelperCall(written[i], fate, None, callbacks.get(i)))
             i += 1
+    return _with_gaps(written, ran, implements, pairs, callbacks or {})
+
+
+def _with_gaps(
+    written: Sequence[str],
+    ran: Sequence[str],
+    implements: Mapping[str, str],
+    pairs: list[tuple[int, int, str]],
+    callbacks: Mapping[int, str],
+) -> tuple[HelperCall, ...]:
+    """Every written call's fate, from the matched `pairs` and the gaps between them.
+
+    Between two matched calls, the written calls left unmatched and the
+    translated calls left unmatched are the same sites in the same order, as far
+    as both go: the verifier keeps the order of what it does not remove. So they
+    pair up as calls of kernel functions not known to implement their helper
+    (bpf_probe_read_str runs bpf_probe_read_compat_str, whose proto has another
+    name). A call is "inlined" only where its gap has no translated call left:
+    the translated instructions hold fewer calls there than the source wrote.
+    """
+    out: list[HelperCall] = []
+    bounds = [*pairs, (len(written), len(ran), "")]
+    wi = rj = 0
+    for pi, pj, fate in bounds:
+        gap_ran = [k for k in range(rj, pj) if ran[k] != TAIL_CALL]
+        for k in range(wi, pi):
+            if gap_ran and implements and written[k] != "bpf_tail_call":
+                out.append(HelperCall(written[k], "call", ran[gap_ran.pop(0)], callbacks.get(k)))
+            else:
+                # Unmatched: inlined, unless nothing says which calls were rewritten.
+                lost = "inlined" if implements else "unknown"
+                out.append(HelperCall(written[k], lost, None, callbacks.get(k)))
+        if pi < len(written):
+            func = None if fate == "tail call" else ran[pj]
+            out.append(HelperCall(written[pi], fate, func, callbacks.get(pi)))
+        wi, rj = pi + 1, pj + 1
     return tuple(out)
 
 
@@ -207,7 +238,7 @@ class HelperNames:
             self.protos,
         )
         for c in prog.calls:
-            if c.fate == "rewritten" and c.function:
+            if c.fate in ("rewritten", "call") and c.function:
                 self.implements.setdefault(c.function, c.helper)
         return prog
 

@@ -171,10 +171,11 @@ def _core_columns(words: list[str], lines: int) -> tuple[list[int], list[str], l
 
 
 def _protos(words: list[str]) -> list[tuple[str, int]]:
-    """(name, address) of the `*_proto` data symbols of `words` (three per line,
+    """(name, address) of the `*_proto*` data symbols of `words` (three per line,
     checked by `_core_columns`), in file order, hidden (zero) addresses left out."""
     names = words[2::3]
-    is_proto = list(map(str.endswith, names, repeat("_proto")))
+    # "_proto" anywhere: some are named bpf_get_stackid_proto_tp (kernel/trace/bpf_trace.c).
+    is_proto = list(map(str.__contains__, names, repeat("_proto")))
     out: list[tuple[str, int]] = []
     columns = (compress(words[0::3], is_proto), compress(words[1::3], is_proto))
     for addr, kind, name in zip(*columns, compress(names, is_proto), strict=True):

@@ -1,0 +1,115 @@
+"""Where a function calls another, read from live code: the caller of a function
+the function tracer cannot patch.
+
+Some functions leave no record of their own: BPF helpers in
+kernel/trace/bpf_trace.c (`bpf_probe_read_kernel`, `bpf_trace_printk`,
+`bpf_seq_write`: that directory is built without -pg, kernel/trace/Makefile),
+and notrace code such as an out-of-line copy of an `inline` function
+(`htab_lock_bucket`). They show only as the parent of the calls they make.
+`graph_hits` gives such a function the innermost frame running at that moment
+as its caller, and asks `CallSites` where in that caller's code a call
+instruction targets it. The answer comes from the code itself (the JIT image of
+a BPF program, kernel text through /proc/kcore, disassembled with capstone), so
+a caller whose code holds no such call stays unknown: then something unseen
+between them made the call.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from pytest_lbr.kernel.machine import machine
+
+if TYPE_CHECKING:
+    from pytest_lbr.symbols.kallsyms import KernelSymbols
+
+__all__ = ["CallSite", "CallSites", "call_sites"]
+
+#: (the caller's name, its start address, the call's return address).
+CallSite = tuple[str, int, int]
+#: Functions read at most this long (kallsyms bounds them; a larger span is a gap).
+_MAX_FUNCTION = 1 << 16
+#: x86-64 call-depth tracking (Linux kernel commit 5d8213864ade ("x86/retbleed: Add
+#: SKL return thunk") (in v6.2)) makes direct calls go to the 16 bytes of padding
+#: before a function: such a call still calls it.
+_PADDING = 16
+
+
+class CallSites:
+    """Finds the call instructions of one function that target another (cached by
+    the caller's name and address: a JIT image freed and reused has a new name).
+
+    Reading needs root (/proc/kallsyms addresses, /proc/kcore); where either is
+    refused, every answer is None.
+    """
+
+    def __init__(self) -> None:
+        self._symbols: KernelSymbols | None = None
+        self._broken = False
+
+    def __call__(
+        self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0
+    ) -> CallSite | None:
+        """Where function `caller` (None: whatever kallsyms names there), starting at
+        `caller_start`, calls `callee_addr`: the first call at or after address
+        `after` (the caller's previous call site, for a caller that calls it from
+        several places), else the first of all."""
+        found = self._function(caller, caller_start)
+        if found is None:
+            return None
+        name, size = found
+        calls = _calls_in(name, caller_start, size)
+        sites = [ret for ret, target in calls if callee_addr - _PADDING <= target <= callee_addr]
+        if not sites:
+            return None
+        later = [s for s in sites if s > after]
+        return name, caller_start, (later or sites)[0]
+
+    def _function(self, name: str | None, start: int) -> tuple[str, int] | None:
+        """(name, size) of the function at `start`, as kallsyms lists it now."""
+        syms = self._kallsyms()
+        if syms is None:
+            return None
+        for attempt in range(2):
+            sym = syms.lookup(start)
+            end = syms.end_of(start)
+            if sym is not None and sym.offset == 0 and name in (None, sym.name) and end:
+                return (sym.name, end - start) if end - start <= _MAX_FUNCTION else None
+            if attempt == 0:  # a program loaded since kallsyms was read
+                try:
+                    syms.reload()
+                except OSError:
+                    return None
+        return None
+
+    def _kallsyms(self) -> KernelSymbols | None:
+        if self._symbols is None and not self._broken:
+            from pytest_lbr.symbols.kallsyms import KernelSymbols
+
+            try:
+                self._symbols = KernelSymbols()
+            except OSError:
+                self._broken = True
+            if self._symbols is not None and not self._symbols.readable:
+                self._symbols, self._broken = None, True
+        return self._symbols
+
+
+@functools.lru_cache(maxsize=512)
+def _calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
+    """(return address, target) of each direct call in function `name`'s live code."""
+    from pytest_lbr.symbols.disasm import KcoreReader, call_targets, disassemble
+
+    try:
+        code = KcoreReader().read(start, size)
+    except (OSError, ValueError):
+        return []
+    arch = machine().name
+    insns = disassemble(code, start, arch)
+    size_at = {i.addr: i.size for i in insns}
+    return [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
+
+
+#: One per process: kallsyms is read once, and again only when a name is new.
+call_sites = CallSites()

@@ -1,0 +1,48 @@
+"""unlink_fentry.bpf.c: fentry and fexit programs on do_unlinkat (BPF trampolines),
+written as libbpf-bootstrap's fentry.bpf.c is: BPF_PROG for typed arguments, the
+file name read straight from `struct filename`, a bpf_printk line each, and a
+process filter user space sets after load in a .bss variable (`skel->bss->...` in
+a skeleton; here through the object's .bss map).
+
+The test unlinks a file of its own while tracing both programs; their printk lines
+prove they ran (fexit with unlink's result), and the trace has to show the helpers
+of each program by the names the C source wrote.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.conformance.evidence import called_table, printk_lines, section_map
+
+HELPERS = ("bpf_get_current_pid_tgid", "bpf_printk")
+
+
+def test_fentry_and_fexit_see_our_unlink(bpf, lbr, built, tmp_path):
+    obj = bpf.load(built("unlink_fentry"))
+    pid = os.getpid()
+    section_map(obj, ".bss").update(0, pid)  # target_tgid: only this process's unlinks
+    entry, exit_ = obj.programs["unlink_entry"], obj.programs["unlink_exit"]
+    victim = tmp_path / f"unlink-me-{pid}"
+    victim.write_bytes(b"")
+
+    with entry.attach(), exit_.attach():  # SEC("fentry/do_unlinkat"), SEC("fexit/do_unlinkat")
+        with lbr.trace(entry, exit_) as trace:
+            os.unlink(victim)
+
+    assert not victim.exists()
+    # Both programs ran in this process: their own printk lines.
+    printed = [line.message for line in printk_lines() if line.tid == pid]
+    assert f"fentry: pid = {pid}, filename = {victim}" in printed, printed
+    assert f"fexit: pid = {pid}, ret = 0" in printed, printed
+
+    text = str(trace)
+    assert trace.hits, text
+    assert {h.pid for h in trace.hits} == {pid}, text
+    print(called_table(trace, "unlink_entry", HELPERS))  # shown with a failure
+    print(called_table(trace, "unlink_exit", HELPERS))
+    assert trace.called("bpf_get_current_pid_tgid", by="unlink_entry"), text
+    assert trace.called("bpf_printk", by="unlink_entry"), text
+    assert trace.called("bpf_get_current_pid_tgid", by="unlink_exit"), text
+    assert trace.called("bpf_printk", by="unlink_exit"), text
+    assert "(unseen caller)" not in text, text
