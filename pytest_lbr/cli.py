@@ -3,7 +3,7 @@
     pytest-lbr trace TARGET... [--pid P | --cgroup PATH | --all] [--comm NAME] [--json]
                      [--errors-only] [--disasm] [--count N | --duration S]
     pytest-lbr diff A.lbr B.lbr
-    pytest-lbr doctor [--mount]
+    pytest-lbr doctor [--mount] [--helpers [--markdown]]
     pytest-lbr fetch-vmlinux [RELEASE]
     pytest-lbr selftest [--out DIR] [--vmlinux PATH] [--compare LBR_REPORT GRAPH_REPORT]
 
@@ -475,6 +475,8 @@ def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from pytest_lbr.tracer import Tracer
 
     print(f"pytest-lbr doctor: kernel {os.uname().release} {os.uname().machine}", file=out)
+    if args.helpers:
+        return _doctor_helpers(args, out, err)
     if args.mount:  # first: the checks below then see tracefs mounted
         print(_check("mount tracefs", mount_check), file=out, flush=True)
     for check in doctor_checks(args.vmlinux):
@@ -489,6 +491,22 @@ def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     print(f"=> no tracing here: {tracer.reason}", file=out)
     return EXIT_FOUND
+
+
+def _doctor_helpers(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`doctor --helpers`: each helper, its implementation, and how each backend sees it."""
+    from pytest_lbr.capture.helper_table import format_rows, read_rows
+
+    if args.mount:
+        print(_check("mount tracefs", mount_check), file=out, flush=True)
+    rows, why = read_rows()
+    if not rows:
+        print(f"pytest-lbr doctor --helpers: {why}", file=err)
+        return EXIT_FOUND
+    print(format_rows(rows, markdown=args.markdown), file=out)
+    if why:
+        print(f"note: implementations incomplete: {why}", file=err)
+    return EXIT_OK
 
 
 # -- fetch-vmlinux ----------------------------------------------------------------
@@ -629,6 +647,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="mount tracefs at /sys/kernel/tracing first if it is not mounted (root)",
     )
+    dr.add_argument(
+        "--helpers",
+        action="store_true",
+        help="list each BPF helper: its C name, the function implementing it, whether the "
+        "function tracer can patch it, and how each backend observes its calls (root)",
+    )
+    dr.add_argument("--markdown", action="store_true", help="with --helpers: a Markdown table")
     fv = sub.add_parser(
         "fetch-vmlinux",
         help="download Debian's debug vmlinux into the cache (apt-get) and print its path",

@@ -35,7 +35,11 @@ __all__ = [
 #: Every value `Branch.kind` can take. "unseen" (graph backend only) enters a
 #: function the tracer never recorded being called (notrace, e.g. an out-of-line
 #: copy of a kernel `inline` function): its caller is unknown, so its source is
-#: `UNSEEN_CALLER`, and it is no call edge.
+#: `UNSEEN_CALLER`, and it is no call edge. "implied" (graph backend only) is a
+#: call of a function the function tracer cannot record (`bpf_get_current_task`),
+#: proven by the program's code: its call site dominates a recorded call of the
+#: same run (`pytest_lbr.capture.implied`). `called()` counts it; golden edges and
+#: call trees do not (nothing recorded it).
 BRANCH_KINDS = (
     "call",
     "ret",
@@ -45,10 +49,13 @@ BRANCH_KINDS = (
     "ind_jmp",
     "syscall",
     "unseen",
+    "implied",
     "unknown",
 )
 #: The kinds that enter a function (what `called()` and golden edges count).
 CALL_KINDS = ("call", "ind_call")
+#: The kinds `Trace.called` counts: calls recorded, and calls proven by the code.
+_CALLED_KINDS = (*CALL_KINDS, "implied")
 #: The kinds that open a frame of a call tree (a "ret" closes it).
 FRAME_KINDS = (*CALL_KINDS, "unseen")
 _UNSEEN = "(unseen caller)"
@@ -193,6 +200,8 @@ class Branch:
         callers = self.tail_callers
         if callers:
             return f"{'|'.join(callers)} -> {self.dst} (tail call)"
+        if self.kind == "implied":
+            return f"{self.src} -> {self.dst} (implied: its call site dominates a recorded call)"
         return f"{self.src} -> {self.dst}"
 
     def __repr__(self) -> str:
@@ -280,13 +289,15 @@ class Trace:
 
         `callee` is a kernel function, a BPF function or program, or a helper as
         the BPF C names it ("bpf_map_lookup_elem"): that matches the function
-        this kernel ran for it (`Location.helper`). A tail call into a program
-        counts as a call of it by the program that tail-called.
+        this kernel ran for it (`Location.helper`), or a libbpf macro that calls
+        helpers ("bpf_printk", "BPF_CORE_READ": `pytest_lbr.macros`). A tail call
+        into a program counts as a call of it by the program that tail-called; an
+        "implied" call (graph backend: proven by the program's code) counts too.
         """
         for b in self.branches():
             if not b.dst.matches(callee):
                 continue
-            if b.kind in CALL_KINDS and (by is None or _match(b.src.symbol, by)):
+            if b.kind in _CALLED_KINDS and (by is None or _match(b.src.symbol, by)):
                 return True
             callers = b.tail_callers
             if callers and (by is None or any(_match(c, by) for c in callers)):

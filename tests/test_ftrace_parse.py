@@ -572,3 +572,32 @@ def test_runs_of_a_narrowed_trace_are_cut_at_their_returns() -> None:
     # The drop run made calls of its own and returned before bpf_xdp_adjust_head.
     assert hits[1].branches and "bpf_xdp_adjust_head" not in hits[1].functions()
     assert len(hits[0].branches) + len(hits[1].branches) == len(merged[0].branches)
+
+
+def test_an_unrecorded_function_gets_its_caller_where_the_callers_code_calls_it() -> None:
+    # 6.12: htab_lock_bucket is notrace (an out-of-line inline); only its call of
+    # _raw_spin_lock names it. htab_map_update_elem (0xffffffff92ad0d60, recorded)
+    # calls it, at a return address that sits before its lookup_elem_raw call
+    # (+0xe4): the site finder answers what that function's code holds.
+    records = _records("ftrace-6.12-xdp_helpers.txt")
+    update, lock = 0xFFFFFFFF92AD0D60, 0xFFFFFFFF92ACD100
+    asked: list[tuple[str | None, int, int, int]] = []
+
+    def site_of(caller: str | None, start: int, callee: int, after: int):
+        asked.append((caller, start, callee, after))
+        if (caller, start, callee) == ("htab_map_update_elem", update, lock):
+            return caller, start, update + 0x5A
+        return None
+
+    target = parse_target("prog:name:xdp_helpers")
+    ksyms = _prog_ksyms(records)
+    matcher = [lambda f, a: f in ksyms]
+    hits = build_hits([target], matcher, {}, {}, records, site_of=site_of)
+    text = str(Trace(hits=hits))
+    assert "(unseen caller) -> htab_lock_bucket" not in text, text
+    assert "htab_map_update_elem+0x5a -> htab_lock_bucket+0x0" in text, text
+    assert "htab_lock_bucket+0x0 -> htab_map_update_elem+0x5a" in text, text
+    # Where no caller's code calls it, the caller stays unknown, as before.
+    unknown = build_hits([target], matcher, {}, {}, records, site_of=lambda *a: None)
+    assert "(unseen caller) -> htab_lock_bucket" in str(Trace(hits=unknown))
+    assert ("htab_map_update_elem", update, lock, 0) in asked

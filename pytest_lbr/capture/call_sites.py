@@ -24,7 +24,7 @@ from pytest_lbr.kernel.machine import machine
 if TYPE_CHECKING:
     from pytest_lbr.symbols.kallsyms import KernelSymbols
 
-__all__ = ["CallSite", "CallSites", "call_sites"]
+__all__ = ["CallSite", "CallSites", "call_sites", "calls_in"]
 
 #: (the caller's name, its start address, the call's return address).
 CallSite = tuple[str, int, int]
@@ -59,7 +59,7 @@ class CallSites:
         if found is None:
             return None
         name, size = found
-        calls = _calls_in(name, caller_start, size)
+        calls = calls_in(name, caller_start, size)
         sites = [ret for ret, target in calls if callee_addr - _PADDING <= target <= callee_addr]
         if not sites:
             return None
@@ -83,6 +83,10 @@ class CallSites:
                     return None
         return None
 
+    def kallsyms(self) -> KernelSymbols | None:
+        """The kallsyms table it reads (None: unreadable here)."""
+        return self._kallsyms()
+
     def _kallsyms(self) -> KernelSymbols | None:
         if self._symbols is None and not self._broken:
             from pytest_lbr.symbols.kallsyms import KernelSymbols
@@ -97,7 +101,7 @@ class CallSites:
 
 
 @functools.lru_cache(maxsize=512)
-def _calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
+def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
     """(return address, target) of each direct call in function `name`'s live code."""
     from pytest_lbr.symbols.disasm import KcoreReader, call_targets, disassemble
 

@@ -74,6 +74,7 @@ from pytest_lbr.capture.graph_live import (
     settle,
 )
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.implied import ProgramFlow, add_implied, flow_of
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
 from pytest_lbr.kernel.machine import machine
@@ -371,6 +372,7 @@ class GraphCapture:
         self._notes: list[str] = []
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
         self._starts: dict[int, list[int]] = {}  # program target index -> its JITed functions
+        self._flows: dict[str, ProgramFlow | None] = {}  # program target -> its calls' flow
         self._exits: HookSet | ProgramExits | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
         self._live: LiveState | None = None  # set by live(): read with poll() while armed
@@ -473,6 +475,10 @@ class GraphCapture:
         if self._exits is not None and self._exits.lost:
             trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
         trace.hits = self._builder().build(kept, exits)
+        for hit in trace.hits:
+            flow = self._flows.get(hit.target)
+            if flow is not None:
+                add_implied(hit, flow)
         return trace
 
     def close(self) -> None:
@@ -672,12 +678,15 @@ class GraphCapture:
                     self._returns[event.split("/")[1]] = pattern
                     self._events[i] = event.split("/")[1]
             elif t.kind == "prog":
-                from pytest_lbr.capture.progs import resolve_program
+                from pytest_lbr.capture.progs import jited_ranges, resolve_program
 
                 with resolve_program(t) as ref:
-                    ranges = _jited_ranges(ref.fd)
+                    ranges = jited_ranges(ref.fd)
                     self._matchers.append(program_matcher(ref.ksyms, ranges))
                     self._starts[i] = [lo for lo, _ in ranges]
+                    if available is None:
+                        available = filter_functions_text(inst.root)
+                    self._flows[t.spec] = flow_of(ref.fd, available)
                 programs.append(i)
             elif t.kind == "tp":
                 assert t.tracepoint is not None
@@ -775,17 +784,6 @@ def _end_live(inst: Instance) -> None:
         inst.write("buffer_size_kb", str(BUFFER_KB))
     except TracefsError:
         pass  # the instance is going away
-
-
-def _jited_ranges(fd: int) -> list[tuple[int, int]]:
-    """[start, end) of each JITed function of the program (empty if not JITed)."""
-    from pytest_lbr.kernel.programs import program_details
-    from pytest_lbr.libbpf import BpfError
-
-    try:
-        return [(start, start + n) for start, n in program_details(fd).functions]
-    except BpfError:
-        return []  # the names still identify the program
 
 
 if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols

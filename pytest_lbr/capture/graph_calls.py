@@ -97,10 +97,9 @@ def calling_frame(
 ) -> tuple[int | None, Frame]:
     """(depth of the caller on `stack`, the frame of `rec`'s unrecorded parent).
 
-    The caller is the innermost frame at or below `upto` (the innermost known to
-    be running) whose code calls the parent: a frame the function tracer still
-    thinks running may have returned (it records no returns), a frame whose code
-    holds no such call did not make it. None: no frame's code calls it.
+    The caller is the innermost frame at or below `upto` whose code calls the
+    parent: a frame whose code holds no such call did not make it. None: no
+    frame's code calls it.
     """
     for depth in range(upto, -1, -1):
         f = stack[depth]
@@ -184,12 +183,18 @@ def reconstruct(
                     if BPF_SYMBOL_RE.match(rec.parent)
                     else None
                 )
-                if bpf is None:
-                    bpf = mentions.innermost_running(stack, index)
+                # Whose code calls it, from the top: the tracer records no returns,
+                # so a frame it thinks returned (entered again later) may be the one.
                 caller, unseen = (
-                    calling_frame(rec, stack, bpf, site_of) if bpf is not None else (None, None)
+                    calling_frame(rec, stack, len(stack) - 1 if bpf is None else bpf, site_of)
+                    if stack
+                    else (None, None)
                 )
-                yield from pop_to(0 if bpf is None else (caller if caller is not None else bpf) + 1)
+                if caller is None and bpf is None:
+                    caller = mentions.innermost_running(stack, index)
+                elif caller is None:
+                    caller = bpf
+                yield from pop_to(0 if caller is None else caller + 1)
                 if unseen is None:
                     unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
                 stack.append(unseen)

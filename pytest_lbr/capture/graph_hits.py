@@ -539,17 +539,16 @@ def _program_runs(
                 close()
             else:
                 # A parent never recorded (notrace: a helper in kernel/trace/, an
-                # out-of-line `inline` function), under the innermost call known
-                # to be still running (or the program itself), not under the top:
-                # that frame called it, where its code holds the call.
+                # out-of-line `inline` function): called by the innermost frame (or
+                # the program) whose code calls it; where none does, under the
+                # innermost call known to be still running, not under the top.
                 running = mentions.innermost_running(inner, index)
                 caller: int | None = None
-                if running is not None:
-                    caller, frame = calling_frame(rec, inner, running, site_of)
+                if inner:  # from the top: the tracer records no returns
+                    caller, frame = calling_frame(rec, inner, len(inner) - 1, site_of)
                 if caller is None:
-                    # No running frame's code calls it: the program's may (a frame
-                    # the tracer thinks running had returned), else it stays under
-                    # the running one, its caller unknown.
+                    # No frame's code calls it: the program's may, else it stays
+                    # under the running one, its caller unknown.
                     by_program = called_by_program(rec, site, starts, site_of)
                     if by_program.call is not None or running is None:
                         frame = by_program

@@ -21,7 +21,7 @@ from pytest_lbr.kernel.programs import Btf, open_program, program_details, progr
 from pytest_lbr.libbpf import BpfError, check_int, lib
 from pytest_lbr.targets import Target, TargetError, parse_target
 
-__all__ = ["ProgramInfo", "ProgramRef", "list_programs", "resolve_program"]
+__all__ = ["ProgramInfo", "ProgramRef", "jited_ranges", "list_programs", "resolve_program"]
 
 # The kernel keeps BPF_OBJ_NAME_LEN - 1 bytes of a program's name.
 _KERNEL_NAME_MAX = 15
@@ -263,3 +263,11 @@ def resolve_program(target: Target | object) -> ProgramRef:
     if t.pin_path is not None:
         return _from_pin(t.pin_path, t.spec)
     raise TargetError(f"{t.spec}: a prog target needs an fd, id, name, tag or pinned path")
+
+
+def jited_ranges(fd: int) -> list[tuple[int, int]]:
+    """[start, end) of each JITed function of the program behind `fd` (empty if not JITed)."""
+    try:
+        return [(start, start + n) for start, n in program_details(fd).functions]
+    except BpfError:
+        return []  # the names still identify the program

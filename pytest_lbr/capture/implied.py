@@ -1,0 +1,122 @@
+"""Calls of a BPF program that the function tracer cannot record, proven by its code.
+
+A helper like `bpf_get_current_task` leaves no function-tracer record (notrace,
+calling nothing traced) and kprobe events refuse it (see
+`pytest_lbr.symbols.bpf_flow`). Where its call site dominates a recorded call
+of the same run, it ran: the graph backend adds it to the hit as an "implied"
+branch (`pytest_lbr.model.BRANCH_KINDS`), which `called()` counts and the text
+marks. Only calls of functions the tracer cannot patch are implied: any other
+call would have been recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pytest_lbr.capture.call_sites import call_sites
+from pytest_lbr.model import Branch, Hit, Location
+
+if TYPE_CHECKING:
+    from pytest_lbr.symbols.kallsyms import KernelSymbols
+
+__all__ = ["ProgramFlow", "add_implied", "flow_of", "program_flow"]
+
+
+@dataclass(frozen=True)
+class ProgramFlow:
+    """A loaded program's main-function calls, as its JIT image and translated
+    instructions give them."""
+
+    #: JIT return address of each call instruction -> its translated call index.
+    sites: dict[int, int]
+    #: Translated call index -> the calls that ran before it on every path.
+    dominators: dict[int, frozenset[int]]
+    #: Translated call index -> (JIT return address, target address, target name),
+    #: for the calls of functions the function tracer cannot patch.
+    unrecordable: dict[int, tuple[int, int, str]]
+
+
+def program_flow(
+    fd: int, traceable: Callable[[str], bool], syms: KernelSymbols
+) -> ProgramFlow | None:
+    """The flow of the program behind `fd`, or None where its calls cannot be tied
+    to its JIT image (`jit_call_index`) or its code cannot be read (not root).
+    `traceable`: whether the function tracer can patch a function (by name);
+    `syms`: kallsyms, for the called functions' names."""
+    from pytest_lbr.kernel.helpers import xlated_insns
+    from pytest_lbr.kernel.machine import machine
+    from pytest_lbr.kernel.programs import program_details
+    from pytest_lbr.libbpf import BpfError
+    from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index
+    from pytest_lbr.symbols.bpfprog import jited_image
+    from pytest_lbr.symbols.disasm import call_targets, disassemble
+
+    try:
+        xlated = xlated_insns(fd)
+        functions = program_details(fd).functions
+        start, image = jited_image(fd)
+    except (BpfError, OSError):
+        return None
+    call_base = syms.address_of("__bpf_call_base")
+    if not functions or not xlated or call_base is None:
+        return None
+    arch = machine().name
+    insns = disassemble(image[: functions[0][1]], start, arch)
+    size_at = {i.addr: i.size for i in insns}
+    calls = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
+    index = jit_call_index(xlated, call_base, [t for _, t in calls])
+    if index is None:
+        return None
+    unrecordable: dict[int, tuple[int, int, str]] = {}
+    for k, (ret, target) in zip(index, calls, strict=True):
+        sym = syms.lookup(target)
+        if sym is not None and sym.offset == 0 and sym.module is None and not traceable(sym.name):
+            unrecordable[k] = (ret, target, sym.name)
+    sites = {ret: k for k, (ret, _) in zip(index, calls, strict=True)}
+    return ProgramFlow(sites, call_dominators(xlated), unrecordable)
+
+
+def add_implied(hit: Hit, flow: ProgramFlow) -> None:
+    """Add to `hit` (one run of the program) the calls of unrecordable functions
+    whose call sites dominate one of its recorded calls, each just before the
+    first recorded call it dominates."""
+    recorded: list[tuple[int, int]] = []  # (branch position, translated call index)
+    for pos, b in enumerate(hit.branches):
+        k = flow.sites.get(b.src.addr) if b.kind == "call" else None
+        if k is not None:
+            recorded.append((pos, k))
+    seen = {k for _, k in recorded}
+    before: dict[int, list[int]] = {}  # branch position -> implied calls to insert there
+    placed: set[int] = set()
+    for pos, k in recorded:
+        for d in sorted(flow.dominators.get(k, ())):
+            if d in flow.unrecordable and d not in seen and d not in placed:
+                before.setdefault(pos, []).append(d)
+                placed.add(d)
+    if not before:
+        return
+    out: list[Branch] = []
+    for pos, b in enumerate(hit.branches):
+        for d in before.get(pos, ()):
+            ret, target, name = flow.unrecordable[d]
+            out.append(Branch(Location(ret), Location(target, name, 0), "implied"))
+        out.append(b)
+    hit.branches = out
+
+
+def flow_of(fd: int, available: str) -> ProgramFlow | None:
+    """The program's calls' flow , None where unknown."""
+    syms = call_sites.kallsyms()
+    if syms is None:
+        return None
+    names = _traceable(available)
+    return program_flow(fd, names.__contains__, syms)
+
+
+@functools.lru_cache(maxsize=2)
+def _traceable(available: str) -> frozenset[str]:
+    """The core kernel's function names in `available_filter_functions` text."""
+    return frozenset(line for line in available.splitlines() if line and " " not in line)
