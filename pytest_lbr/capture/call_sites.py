@@ -28,7 +28,7 @@ __all__ = ["CallSite", "CallSites", "call_sites", "calls_in"]
 
 #: (the caller's name, its start address, the call's return address).
 CallSite = tuple[str, int, int]
-#: Functions read at most this long (kallsyms bounds them; a larger span is a gap).
+#: Functions read at most this long (kallsyms bounds them; a larger span holds a gap).
 _MAX_FUNCTION = 1 << 16
 #: x86-64 call-depth tracking (Linux kernel commit 5d8213864ade ("x86/retbleed: Add
 #: SKL return thunk") (in v6.2)) makes direct calls go to the 16 bytes of padding
@@ -75,7 +75,9 @@ class CallSites:
             sym = syms.lookup(start)
             end = syms.end_of(start)
             if sym is not None and sym.offset == 0 and name in (None, sym.name) and end:
-                return (sym.name, end - start) if end - start <= _MAX_FUNCTION else None
+                # kallsyms has no sizes: a BPF image last in its pack (6.1's task
+                # iterator) is followed by a gap; past its end lies no call of it.
+                return sym.name, min(end - start, _MAX_FUNCTION)
             if attempt == 0:  # a program loaded since kallsyms was read
                 try:
                     syms.reload()

@@ -273,8 +273,10 @@ def build_hits(
                 found.extend(_user_hits(target, events[i], user[i], tid, steps))
             elif target.kind == "prog":
                 ends = sorted(r.ts_ns for r in mine.get(i, []))
+                mine_starts = (starts or {}).get(i, ())
+                others = [v for k, v in (starts or {}).items() if k != i]
                 runs = _program_runs(
-                    target, matchers[i], tid, recs, ends, (starts or {}).get(i, ()), site_of
+                    target, matchers[i], tid, recs, ends, mine_starts, site_of, others
                 )
                 if i in exits:
                     runs = _with_returns(target, tid, runs, mine.get(i, []))
@@ -461,6 +463,7 @@ def _program_runs(
     ends: Sequence[int] = (),
     starts: Sequence[int] = (),
     site_of: SiteFinder | None = None,
+    others: Sequence[Sequence[int]] = (),
 ) -> list[Hit]:
     """One hit per run of a BPF program: the calls it made and what they called.
 
@@ -477,7 +480,8 @@ def _program_runs(
     one is a later run's, even where no machinery was recorded between them (a
     system-wide trace narrowed to the program's calls records none).
     `starts`: the program's JITed functions (main first), where `site_of` looks
-    for the call of an unrecorded function the program called.
+    for the call of an unrecorded function the program called; `others`: the
+    other program targets' (a first call that one of them makes too starts no run).
     """
     hits: list[Hit] = []
     hit: Hit | None = None
@@ -521,9 +525,12 @@ def _program_runs(
         elif hit is None and starts and parent not in outer and not trampoline_frame(parent):
             # A run whose first call went to a function the tracer cannot record
             # (an iterator calling bpf_seq_printf): its callee names it as parent,
-            # and the program's code calls it.
+            # and the program's code calls it, and no other traced program's does
+            # (two programs printing: whose call it was is unknown).
             frame = called_by_program(rec, None, starts, site_of)
-            if frame.call is not None:
+            if frame.call is not None and not any(
+                called_by_program(rec, None, o, site_of).call is not None for o in others
+            ):
                 hit = Hit(target.spec, cpu=rec.cpu, pid=os.getpid(), tid=tid)
                 hit.timestamp_ns = rec.ts_ns
                 call = frame.call
