@@ -104,7 +104,8 @@ class CallSites:
 
 @functools.lru_cache(maxsize=512)
 def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
-    """(return address, target) of each direct call in function `name`'s live code."""
+    """(return address, target) of each direct call in function `name`'s live code,
+    and (jump address, target) of each jump out of it (a tail call)."""
     from pytest_lbr.symbols.disasm import KcoreReader, call_targets, disassemble
 
     try:
@@ -114,7 +115,17 @@ def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
     arch = machine().name
     insns = disassemble(code, start, arch)
     size_at = {i.addr: i.size for i in insns}
-    return [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
+    out = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
+    # A tail call: the last call of a function compiled as a jump to another one
+    # (`return __mod_timer(...)` in mod_timer). The jumped-to function returns to
+    # this one's caller, but this one entered it: the site is the jump itself (the
+    # address after it may be the next function's).
+    for i in insns:
+        if i.mnemonic in ("jmp", "b") and i.operands.lstrip("#").startswith("0x"):
+            target = int(i.operands.lstrip("#"), 16)
+            if not start <= target < start + size:
+                out.append((i.addr, target))
+    return out
 
 
 #: One per process: kallsyms is read once, and again only when a name is new.

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import os
 import re
 from collections.abc import Iterable
 from ctypes import CFUNCTYPE, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
-
-import pytest
 
 from pytest_lbr.bpf import BpfObject, Map
 from pytest_lbr.kernel.tracefs import find_tracefs
@@ -89,15 +86,3 @@ def called_table(trace: Trace, by: str, names: Iterable[str]) -> str:
         seen = "called" if trace.called(name, by=by) else "NOT SEEN"
         rows.append(f"  {name:<28} {seen}")
     return f"trace.called(NAME, by={by!r}):\n" + "\n".join(rows)
-
-
-def open_gap(what: str) -> None:
-    """Mark the test an expected failure for a gap "True traces of programs written
-    elsewhere" has not closed yet (measured in the 6.1 and 6.12 guests); the
-    assertions before it held."""
-    pytest.xfail(f"{what} (open: see CHANGELOG.md, 'Not yet')")
-
-
-def kernel_series() -> str:
-    """ "6.1" or "6.12": the running kernel's major.minor."""
-    return ".".join(os.uname().release.split(".")[:2])

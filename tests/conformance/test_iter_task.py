@@ -14,7 +14,7 @@ import os
 import struct
 from pathlib import Path
 
-from tests.conformance.evidence import called_table, kernel_series, open_gap
+from tests.conformance.evidence import called_table
 
 PROG = "dump_task"
 HELPERS = ("BPF_SEQ_PRINTF", "bpf_seq_write")
@@ -55,11 +55,6 @@ def test_task_iterator_lists_this_process(bpf, lbr, built):
     assert trailer == TRAILER, trailer
 
     text = str(trace)
-    if not trace.hits and kernel_series() == "6.1":
-        open_gap(
-            "6.1: an iterator's run goes through no trampoline and the kernel refuses fexit "
-            "on it (Cannot recursively attach), so the graph backend finds no run"
-        )
     assert trace.hits, text
     assert {h.pid for h in trace.hits} == {pid}, text
     print(called_table(trace, PROG, HELPERS))  # shown with a failure
