@@ -81,3 +81,20 @@ def test_an_unrecordable_call_is_implied_before_the_call_it_dominates() -> None:
     empty = Hit("prog:name:xdp_count")
     add_implied(empty, flow)
     assert empty.branches == []
+
+
+def test_runs_with_no_branch_say_why() -> None:
+    from pytest_lbr.capture.implied import empty_runs_note
+
+    spec = "prog:name:dump_task"
+    full = Hit(spec, branches=[Branch(Location(1), Location(2), "call")])
+    hits = [full, Hit(spec), Hit(spec), Hit("prog:name:other")]
+    assert empty_runs_note(hits, [spec, "prog:name:other"]) == [
+        f"{spec}: 2 of 3 runs hold no branch: the function tracer recorded no call in "
+        "them (each is known from its fexit return), and none of their calls is implied "
+        "by a recorded one",
+        "prog:name:other: 1 of 1 runs hold no branch: the function tracer recorded no "
+        "call in them (each is known from its fexit return), and none of their calls is "
+        "implied by a recorded one",
+    ]
+    assert empty_runs_note([full], [spec]) == []

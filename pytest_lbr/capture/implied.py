@@ -22,7 +22,7 @@ from pytest_lbr.model import Branch, Hit, Location
 if TYPE_CHECKING:
     from pytest_lbr.symbols.kallsyms import KernelSymbols
 
-__all__ = ["ProgramFlow", "add_implied", "flow_of", "program_flow"]
+__all__ = ["ProgramFlow", "add_implied", "empty_runs_note", "flow_of", "program_flow"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,19 @@ def flow_of(fd: int, available: str) -> ProgramFlow | None:
 def _traceable(available: str) -> frozenset[str]:
     """The core kernel's function names in `available_filter_functions` text."""
     return frozenset(line for line in available.splitlines() if line and " " not in line)
+
+
+def empty_runs_note(hits: list[Hit], programs: list[str]) -> list[str]:
+    """Why some runs of program targets `programs` hold no branch: one note per
+    program with such runs (an empty hit says why it is empty)."""
+    notes = []
+    for spec in programs:
+        runs = [h for h in hits if h.target == spec]
+        empty = sum(1 for h in runs if not h.branches)
+        if empty:
+            notes.append(
+                f"{spec}: {empty} of {len(runs)} runs hold no branch: the function tracer "
+                "recorded no call in them (each is known from its fexit return), and none "
+                "of their calls is implied by a recorded one"
+            )
+    return notes
