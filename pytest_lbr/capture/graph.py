@@ -371,7 +371,8 @@ class GraphCapture:
         self._tids: set[int] = set()
         self._notes: list[str] = []
         self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
-        self._starts: dict[int, list[int]] = {}  # program target index -> its JITed functions
+        #: program target index -> its JITed functions (kallsyms name or None, start)
+        self._starts: dict[int, list[tuple[str | None, int]]] = {}
         self._flows: dict[str, ProgramFlow | None] = {}  # program target -> its calls' flow
         self._exits: HookSet | ProgramExits | None = None  # fexit on program targets, for retval
         self._exit_targets: list[int] = []  # the hook set's target i -> our target index
@@ -684,7 +685,11 @@ class GraphCapture:
                 with resolve_program(t) as ref:
                     ranges = jited_ranges(ref.fd)
                     self._matchers.append(program_matcher(ref.ksyms, ranges))
-                    self._starts[i] = [lo for lo, _ in ranges]
+                    names = ref.ksyms if len(ref.ksyms) == len(ranges) else ref.ksyms[:1]
+                    self._starts[i] = [
+                        (names[k] if k < len(names) else None, lo)
+                        for k, (lo, _) in enumerate(ranges)
+                    ]
                     if available is None:
                         available = filter_functions_text(inst.root)
                     self._flows[t.spec] = flow_of(ref.fd, available)

@@ -114,17 +114,19 @@ def calling_frame(
 def called_by_program(
     rec: FunctionRecord,
     site: tuple[str | None, int, int] | None,
-    starts: Sequence[int],
+    starts: Sequence[tuple[str | None, int]],
     site_of: SiteFinder | None,
 ) -> Frame:
     """The frame of `rec`'s parent, an unrecorded function the program called: from
     its function of the latest call `site`, or (none yet in this run) from whichever
-    of its functions (`starts`) calls it."""
+    of its functions (`starts`: kallsyms name, or None, and address) calls it."""
     if site is not None:
         return unseen_frame(rec, site, site_of)
     frame = Frame(rec.parent or "", rec.parent_addr - rec.parent_off)
-    for start in starts:
-        frame = unseen_frame(rec, (None, start, 0), site_of)
+    for name, start in starts:
+        # The name, where known, makes a kallsyms read before the program was
+        # loaded (another program at the same address once) read anew.
+        frame = unseen_frame(rec, (name, start, 0), site_of)
         if frame.call is not None:
             break
     return frame

@@ -152,7 +152,7 @@ class HitBuilder:
     exit_targets: list[int] = field(default_factory=list)
     interrupts: bool = False
     #: Program target index -> its JITed functions' start addresses (main first).
-    starts: dict[int, list[int]] = field(default_factory=dict)
+    starts: dict[int, list[tuple[str | None, int]]] = field(default_factory=dict)
     #: Where a caller calls a function the tracer did not record (`SiteFinder`).
     site_of: SiteFinder | None = None
 
@@ -189,7 +189,7 @@ def build_hits(
     *,
     interrupts: bool = False,
     open_ended: list[bool] | None = None,
-    starts: dict[int, list[int]] | None = None,
+    starts: dict[int, list[tuple[str | None, int]]] | None = None,
     site_of: SiteFinder | None = None,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
@@ -461,9 +461,9 @@ def _program_runs(
     tid: int,
     records: list[FunctionRecord | EventRecord],
     ends: Sequence[int] = (),
-    starts: Sequence[int] = (),
+    starts: Sequence[tuple[str | None, int]] = (),
     site_of: SiteFinder | None = None,
-    others: Sequence[Sequence[int]] = (),
+    others: Sequence[Sequence[tuple[str | None, int]]] = (),
 ) -> list[Hit]:
     """One hit per run of a BPF program: the calls it made and what they called.
 
@@ -479,7 +479,7 @@ def _program_runs(
     `ends` (sorted) are when runs returned (their fexit records): a record after
     one is a later run's, even where no machinery was recorded between them (a
     system-wide trace narrowed to the program's calls records none).
-    `starts`: the program's JITed functions (main first), where `site_of` looks
+    `starts`: the program's JITed functions (kallsyms name, address; main first), where `site_of` looks
     for the call of an unrecorded function the program called; `others`: the
     other program targets' (a first call that one of them makes too starts no run).
     """
