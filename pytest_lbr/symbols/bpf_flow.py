@@ -2,8 +2,10 @@
 
 Some helpers leave no record the function tracer can make: `bpf_get_current_task`
 is notrace (kernel/trace/ is built without -pg) and calls nothing that is
-traced, and kprobe events refuse notrace functions ("Could not probe notrace
-function", kernel/trace/trace_kprobe.c), measured in the 6.1 and 6.12 guests.
+traced, and a kprobe event on it cannot be defined (the write to kprobe_events
+fails in the 6.1 and 6.12 guests, as for every function missing from
+available_filter_functions; trace_kprobe.c refuses notrace functions without
+CONFIG_KPROBE_EVENTS_ON_NOTRACE).
 Its call can still be proven: where a call site *dominates* a recorded one in
 the program's control flow (every path from the entry to the recorded call goes
 through it), it ran in that run. `call_dominators` computes that from the
