@@ -3,7 +3,7 @@
 Some helpers leave no record the function tracer can make: `bpf_get_current_task`
 is notrace (kernel/trace/ is built without -pg) and calls nothing that is
 traced, and a kprobe event on it cannot be defined (the write to kprobe_events
-fails in the 6.1 and 6.12 guests, as for every function missing from
+fails in the 6.12 guest, as for every function missing from
 available_filter_functions; trace_kprobe.c refuses notrace functions without
 CONFIG_KPROBE_EVENTS_ON_NOTRACE).
 Its call can still be proven: where a call site *dominates* a recorded one in
