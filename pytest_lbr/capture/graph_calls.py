@@ -79,9 +79,7 @@ def unseen_frame(
     """
     start = rec.parent_addr - rec.parent_off
     assert rec.parent is not None
-    if caller is None or site_of is None:
-        return Frame(rec.parent, start)
-    site = site_of(caller[0], caller[1], start, caller[2])
+    site = None if caller is None or site_of is None else site_of(*caller[:2], start, caller[2])
     if site is None:
         return Frame(rec.parent, start)
     name, caller_start, ret = site
@@ -107,8 +105,7 @@ def calling_frame(
         if frame.call is not None:
             f.last_site = frame.call.parent_addr
             return depth, frame
-    assert rec.parent is not None
-    return None, Frame(rec.parent, rec.parent_addr - rec.parent_off)
+    return None, unseen_frame(rec, None, None)
 
 
 def called_by_program(
@@ -122,7 +119,7 @@ def called_by_program(
     of its functions (`starts`: kallsyms name, or None, and address) calls it."""
     if site is not None:
         return unseen_frame(rec, site, site_of)
-    frame = Frame(rec.parent or "", rec.parent_addr - rec.parent_off)
+    frame = unseen_frame(rec, None, None)
     for name, start in starts:
         # The name, where known, makes a kallsyms read before the program was
         # loaded (another program at the same address once) read anew.
@@ -198,7 +195,7 @@ def reconstruct(
                     caller = bpf
                 yield from pop_to(0 if caller is None else caller + 1)
                 if unseen is None:
-                    unseen = Frame(rec.parent, rec.parent_addr - rec.parent_off)
+                    unseen = unseen_frame(rec, None, None)
                 stack.append(unseen)
                 yield Step("call", unseen, list(stack))
             else:
