@@ -66,6 +66,39 @@ class CallSites:
         later = [s for s in sites if s > after]
         return name, caller_start, (later or sites)[0]
 
+    def through(
+        self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0
+    ) -> tuple[CallSite, CallSite] | None:
+        """Where `caller` calls a function whose code calls `callee_addr`, one
+        unrecorded function between them (a notrace `preempt_schedule_common`
+        between `__cond_resched` and `__schedule`): (the caller's call of it,
+        its call of the callee). Calls at or after `after` are tried first."""
+        found = self._function(caller, caller_start)
+        if found is None:
+            return None
+        name, size = found
+        calls = calls_in(name, caller_start, size)
+        for ret, target in sorted(calls, key=lambda c: (c[0] <= after, c[0])):
+            middle = self._entry(target)
+            if middle is None or middle[1] == callee_addr:
+                continue
+            inner = self(middle[0], middle[1], callee_addr)
+            if inner is not None:
+                return (name, caller_start, ret), inner
+        return None
+
+    def _entry(self, target: int) -> tuple[str, int] | None:
+        """(name, start) of the function a call to `target` enters: the function
+        at `target`, or after its padding (`_PADDING`: `__pfx_` symbols, 6.12)."""
+        syms = self._kallsyms()
+        if syms is None:
+            return None
+        for addr in (target, target + _PADDING):
+            sym = syms.lookup(addr)
+            if sym is not None and sym.offset == 0 and not sym.name.startswith("__pfx_"):
+                return sym.name, addr
+        return None
+
     def _function(self, name: str | None, start: int) -> tuple[str, int] | None:
         """(name, size) of the function at `start`, as kallsyms lists it now."""
         syms = self._kallsyms()

@@ -11,7 +11,7 @@ import bisect
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
 
@@ -62,10 +62,31 @@ class Step:
     record: FunctionRecord | EventRecord | None = None
 
 
-#: Where function (name or None, start) calls `callee_addr`, at or after a return
-#: address: (its name, its start, the call's return address), or None where its
-#: code holds no such call (`pytest_lbr.capture.call_sites.CallSites`).
-SiteFinder = Callable[[str | None, int, int, int], tuple[str, int, int] | None]
+class SiteFinder(Protocol):
+    """Where a function's live code calls another (`pytest_lbr.capture.call_sites`)."""
+
+    def __call__(
+        self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0
+    ) -> tuple[str, int, int] | None:
+        """Where function (name or None, start) calls `callee_addr`, at or after a
+        return address: (its name, its start, the call's return address), or None
+        where its code holds no such call."""
+
+    def through(
+        self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0
+    ) -> tuple[tuple[str, int, int], tuple[str, int, int]] | None:
+        """Where the caller calls a function whose code calls `callee_addr`: that
+        call, then the middle function's call (each as `__call__` answers)."""
+
+
+def _called(rec: FunctionRecord, func: str, addr: int, site: tuple[str, int, int]) -> Frame:
+    """The frame of `func`, unrecorded, entered from call site `site` at `rec`'s time."""
+    name, caller_start, ret = site
+    call = FunctionRecord(
+        rec.tid, rec.cpu, rec.ts_ns, rec.in_irq, func, addr,
+        name, ret - caller_start, ret, rec.tgid, rec.comm,
+    )  # fmt: skip
+    return Frame(func, addr, call)
 
 
 def unseen_frame(
@@ -82,30 +103,41 @@ def unseen_frame(
     site = None if caller is None or site_of is None else site_of(*caller[:2], start, caller[2])
     if site is None:
         return Frame(rec.parent, start)
-    name, caller_start, ret = site
-    call = FunctionRecord(
-        rec.tid, rec.cpu, rec.ts_ns, rec.in_irq, rec.parent, start,
-        name, ret - caller_start, ret, rec.tgid, rec.comm,
-    )  # fmt: skip
-    return Frame(rec.parent, start, call)
+    return _called(rec, rec.parent, start, site)
 
 
 def calling_frame(
     rec: FunctionRecord, stack: Sequence[Frame], upto: int, site_of: SiteFinder | None
-) -> tuple[int | None, Frame]:
-    """(depth of the caller on `stack`, the frame of `rec`'s unrecorded parent).
+) -> tuple[int | None, list[Frame]]:
+    """(depth of the caller on `stack`, the frames it entered: `rec`'s unrecorded
+    parent, after an unrecorded function between them where there is one).
 
     The caller is the innermost frame at or below `upto` whose code calls the
-    parent: a frame whose code holds no such call did not make it. None: no
-    frame's code calls it.
+    parent: a frame whose code holds no such call did not make it. Where no
+    frame's does, it is the innermost whose code calls a function that calls the
+    parent: `preempt_schedule_common` (notrace) between `__cond_resched` and
+    `__schedule` (6.1 guest). None: neither is found, so its caller is unknown.
     """
     for depth in range(upto, -1, -1):
         f = stack[depth]
         frame = unseen_frame(rec, (f.func, f.addr, f.last_site), site_of)
         if frame.call is not None:
             f.last_site = frame.call.parent_addr
-            return depth, frame
-    return None, unseen_frame(rec, None, None)
+            return depth, [frame]
+    start = rec.parent_addr - rec.parent_off
+    assert rec.parent is not None
+    for depth in range(upto, -1, -1):
+        if site_of is None:
+            break
+        f = stack[depth]
+        found = site_of.through(f.func, f.addr, start, f.last_site)
+        if found is not None:
+            outer, inner = found
+            f.last_site = outer[2]
+            middle = _called(rec, inner[0], inner[1], outer)
+            middle.last_site = inner[2]
+            return depth, [middle, _called(rec, rec.parent, start, inner)]
+    return None, [unseen_frame(rec, None, None)]
 
 
 def called_by_program(
@@ -184,20 +216,19 @@ def reconstruct(
                 )
                 # Whose code calls it, from the top: the tracer records no returns,
                 # so a frame it thinks returned (entered again later) may be the one.
-                caller, unseen = (
+                caller, entered = (
                     calling_frame(rec, stack, len(stack) - 1 if bpf is None else bpf, site_of)
                     if stack
-                    else (None, None)
+                    else (None, [unseen_frame(rec, None, None)])
                 )
                 if caller is None and bpf is None:
                     caller = mentions.innermost_running(stack, index)
                 elif caller is None:
                     caller = bpf
                 yield from pop_to(0 if caller is None else caller + 1)
-                if unseen is None:
-                    unseen = unseen_frame(rec, None, None)
-                stack.append(unseen)
-                yield Step("call", unseen, list(stack))
+                for unseen in entered:
+                    stack.append(unseen)
+                    yield Step("call", unseen, list(stack))
             else:
                 yield from pop_to(depth + 1)
             stack[-1].last_site = rec.parent_addr

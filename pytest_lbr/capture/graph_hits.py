@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is
     from pytest_lbr.symbols.elf import ElfFunctions
 
 __all__ = [
+    "FTRACE_OWN_PARENTS",
     "TRACE_CLOCK",
     "HitBuilder",
     "build_hits",
@@ -55,6 +56,13 @@ __all__ = [
 #: (read_hpet under TCG), is recorded with every record, nested anywhere; such
 #: records are ftrace's own. In a 6.1 guest they were 2,058 of a trace's 3,091.
 TRACE_CLOCK = "ktime_get_mono_fast_ns"
+
+#: The function tracer's own pid filter (kernel/trace/pid_list.c, since v5.17), which
+#: the sched_switch tracepoint runs through an indirect call when a traced thread
+#: is switched out, because the backend sets set_ftrace_pid. kernel/trace is built
+#: without -pg, so only its callees are recorded ("_raw_spin_lock_irqsave
+#: <-trace_pid_list_is_set", 6.1 and 6.12 guests): ftrace's work, as clock reads are.
+FTRACE_OWN_PARENTS = frozenset({"trace_pid_list_is_set"})
 
 #: Interrupt entry and exit code that runs before the hardirq bit is set in
 #: preempt_count or after it is cleared: ftrace does not flag these records as
@@ -95,6 +103,28 @@ def _interrupt_edge(r: FunctionRecord) -> bool:
 def _interrupt_edge_parent(parent: str) -> bool:
     """`_IRQ_EDGE_PARENT`, asked once per name (it is asked for every record)."""
     return _IRQ_EDGE_PARENT.match(parent) is not None
+
+
+class _FtraceOwn:
+    """Which records are ftrace's own work (`FTRACE_OWN_PARENTS`) or nested in it.
+
+    Records come depth first per thread: a record whose parent is not one dropped
+    since the last kept record of its context ends the dropped subtree.
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[int, bool], set[str]] = {}
+
+    def dropped(self, r: FunctionRecord) -> bool:
+        """Whether `r` is ftrace's own work (remembered: its callees are too)."""
+        key = (r.tid, r.in_irq)
+        inside = self._open.get(key)
+        if r.parent in FTRACE_OWN_PARENTS or (inside and r.parent in inside):
+            self._open.setdefault(key, set()).add(r.func)
+            return True
+        if inside:
+            del self._open[key]
+        return False
 
 
 def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRecord]) -> set[int]:
@@ -220,6 +250,7 @@ def build_hits(
     `irq_enter_rcu` is among the task's records) and `irq_exit_rcu` closes it.
     """
     forever = 1 << 63
+    ftrace_own = _FtraceOwn()
     by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
     nested: dict[int, list[FunctionRecord | EventRecord]] = {}  # hardirqs on interrupt work
     spans: dict[int, list[list[int]]] = {}  # tid -> [start, end] of each such hardirq
@@ -234,7 +265,10 @@ def build_hits(
             elif r.func in ("irq_exit_rcu", "__irq_exit_rcu") and open_span[1] == forever:
                 open_span[1] = r.ts_ns
         if isinstance(r, FunctionRecord) and (
-            (irq and not interrupts) or r.parent == TRACE_CLOCK or _interrupt_edge(r)
+            (irq and not interrupts)
+            or r.parent == TRACE_CLOCK
+            or _interrupt_edge(r)
+            or ftrace_own.dropped(r)
         ):
             continue  # interrupts are not the thread's work, clock reads are ftrace's
         if irq and spans.get(r.tid, [[0, 0]])[-1][1] == forever:
@@ -551,22 +585,24 @@ def _program_runs(
                 # innermost call known to be still running, not under the top.
                 running = mentions.innermost_running(inner, index)
                 caller: int | None = None
+                entered: list[Frame] = []
                 if inner:  # from the top: the tracer records no returns
-                    caller, frame = calling_frame(rec, inner, len(inner) - 1, site_of)
+                    caller, entered = calling_frame(rec, inner, len(inner) - 1, site_of)
                 if caller is None:
                     # No frame's code calls it: the program's may, else it stays
                     # under the running one, its caller unknown.
                     by_program = called_by_program(rec, site, starts, site_of)
                     if by_program.call is not None or running is None:
-                        frame = by_program
+                        entered = [by_program]
                     else:
                         caller = running
                 pop_to(0 if caller is None else caller + 1)
-                if caller is None and frame.call is not None:
-                    call = frame.call
+                if caller is None and entered[0].call is not None:
+                    call = entered[0].call
                     site = (call.parent, call.parent_addr - call.parent_off, call.parent_addr)
-                inner.append(frame)
-                _append(hit, Step("call", inner[-1], list(inner)))
+                for frame in entered:
+                    inner.append(frame)
+                    _append(hit, Step("call", frame, list(inner)))
         if hit is None:
             depth = innermost(outer, parent.__eq__)
             if depth is not None:
