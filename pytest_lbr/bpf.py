@@ -28,7 +28,7 @@ import os
 import socket
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -70,8 +70,11 @@ __all__ = [
     "Map",
     "NoLinkFd",
     "NotABpfObject",
+    "PERF_EVENTS",
+    "PerCpuLink",
     "Program",
     "RunResult",
+    "SockmapLink",
     "TcLink",
     "XdpLink",
 ]
@@ -83,6 +86,25 @@ _EM_BPF = 247
 _DATA_OUT_SLACK = 4096
 
 _T = TypeVar("_T")
+
+#: Program types `Program.attach_cgroup` takes (libbpf's names).
+_CGROUP_TYPES = frozenset(
+    {"cgroup_skb", "cgroup_sock", "cgroup_sock_addr", "sock_ops", "cgroup_device",
+     "cgroup_sysctl", "cgroup_sockopt"}
+)  # fmt: skip
+#: uapi enum bpf_attach_type values a sockmap program attaches with.
+_SOCKMAP_ATTACH = {4, 5, 7, 40}  # SK_SKB_STREAM_PARSER, _VERDICT, SK_MSG_VERDICT, SK_SKB_VERDICT
+#: `Program.attach_perf_event(event=...)`: (perf type, config), uapi linux/perf_event.h.
+PERF_EVENTS = {
+    "cpu-clock": (1, 0),  # PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK
+    "task-clock": (1, 1),
+    "cycles": (0, 0),  # PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES
+    "instructions": (0, 1),
+}
+_STRUCT_OPS_MAP = 26  # uapi enum bpf_map_type: BPF_MAP_TYPE_STRUCT_OPS
+_PERF_FREQ = 1 << 10  # perf_event_attr.freq: sample_period is a frequency
+_PERMISSION = (errno.EPERM, errno.EACCES)
+_ROOT_HINT = "attaching needs root (CAP_BPF with CAP_NET_ADMIN or CAP_PERFMON, or CAP_SYS_ADMIN)"
 
 #: `Program.attach_xdp(mode=...)`: the kernel's choice (driver where the driver has
 #: native XDP, else generic), the driver's own XDP, or the generic (skb) path.
@@ -232,6 +254,29 @@ class BpfObject:
         """
         self._check_open("on_close")
         self._on_close.append(callback)
+
+    def _attach_struct_ops(self, bmap: Map) -> Link:
+        """`Map.attach_struct_ops`: the link is closed with the object."""
+        self._check_open(f"map {bmap.name}")
+        what = f"cannot register struct_ops map {bmap.name}"
+        if bmap.type_id != _STRUCT_OPS_MAP:
+            raise AttachError(
+                errno.EINVAL,
+                what,
+                'it is not a struct_ops map (a variable in SEC(".struct_ops") or '
+                'SEC(".struct_ops.link") makes one)',
+            )
+        with libbpf_messages() as log:
+            ptr = lib.bpf_map__attach_struct_ops(bmap._ptr)
+            err = ctypes.get_errno() or errno.EINVAL
+        if not ptr:
+            hint = _ROOT_HINT if err in _PERMISSION else _last(log)
+            if err == errno.EEXIST:
+                hint = "one of that name is registered already (a TCP congestion control's name is global)"
+            raise AttachError(err, what, hint)
+        link = Link(bmap.name, ptr)
+        self._links.append(link)
+        return link
 
     def _check_open(self, what: str) -> None:
         if self.closed:
@@ -426,6 +471,127 @@ class Program:
             lib.bpf_link__destroy(link)
         return b"".join(chunks)
 
+    def attach_cgroup(self, cgroup: str | os.PathLike[str] = "/sys/fs/cgroup") -> Link:
+        """Attach a cgroup program (`SEC("cgroup_skb/egress")`, `SEC("cgroup/connect4")`,
+        `SEC("sockops")`, ...) to a cgroup v2 directory as a BPF link
+        (`bpf_program__attach_cgroup`, multi-attach: other programs there stay). It runs
+        for the processes of that cgroup and the cgroups below it; the default, the
+        root, is the whole machine. AttachError (one line) when the kernel refuses.
+        """
+        self._obj._check_open(f"program {self.name}")
+        path = os.fspath(cgroup)
+        what = f"cannot attach {self.name} to cgroup {path}"
+        if self.type not in _CGROUP_TYPES:
+            raise AttachError(
+                errno.EINVAL,
+                what,
+                f'it is a {self.type} program from SEC("{self.section}"); cgroup programs '
+                'come from SEC("cgroup_skb/..."), SEC("cgroup/..."), SEC("sockops")',
+            )
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise AttachError(
+                exc.errno or errno.ENOENT, what, "give a cgroup v2 directory such as /sys/fs/cgroup"
+            ) from None
+        try:
+            with libbpf_messages() as log:
+                ptr = lib.bpf_program__attach_cgroup(self._ptr, fd)
+                err = ctypes.get_errno() or errno.EINVAL
+        finally:
+            os.close(fd)
+        if not ptr:
+            raise AttachError(err, what, _ROOT_HINT if err in _PERMISSION else _last(log))
+        return self._keep(Link(self.name, ptr))
+
+    def attach_sockmap(self, sockmap: Map) -> Link:
+        """Attach an sk_msg or sk_skb program to a sockmap or sockhash map, as its section
+        says (`SEC("sk_msg")`, `SEC("sk_skb/stream_verdict")`, `SEC("sk_skb/stream_parser")`,
+        `SEC("sk_skb/verdict")`): it runs for the sockets put in that map. Made with
+        bpf_prog_attach: 6.1 has no BPF link for it (Linux commit 699c23f02c65, v6.10,
+        added one), so its `Link.fd` raises NoLinkFd; `close()` detaches it.
+        """
+        self._obj._check_open(f"program {self.name}")
+        what = f"cannot attach {self.name} to map {sockmap.name}"
+        kind = lib.bpf_program__expected_attach_type(self._ptr)
+        if self.type not in ("sk_msg", "sk_skb") or kind not in _SOCKMAP_ATTACH:
+            raise AttachError(
+                errno.EINVAL,
+                what,
+                f'it is a {self.type} program from SEC("{self.section}"); sockmap programs '
+                'come from SEC("sk_msg") or SEC("sk_skb/stream_verdict"), '
+                'SEC("sk_skb/stream_parser"), SEC("sk_skb/verdict")',
+            )
+        prog_fd, map_fd = self.fd, sockmap.fd
+        rc = lib.bpf_prog_attach(prog_fd, map_fd, kind, 0)
+        if rc < 0:
+            err = -rc
+            hint = _ROOT_HINT if err in _PERMISSION else ""
+            if err == errno.EINVAL:
+                hint = f"map {sockmap.name} must be a sockmap or sockhash (BPF_MAP_TYPE_SOCKMAP)"
+            raise AttachError(err, what, hint)
+        link = SockmapLink(
+            self.name, sockmap.name, lambda: lib.bpf_prog_detach2(prog_fd, map_fd, kind)
+        )
+        return self._keep(link)
+
+    def attach_perf_event(
+        self, event: str = "cpu-clock", *, frequency: int = 99, cpus: Iterable[int] | None = None
+    ) -> Link:
+        """Attach a perf_event program (`SEC("perf_event")`) to a sampling event on each of
+        `cpus` (default: every online CPU), as `bpftool`/`perf` users do: it runs at
+        about `frequency` samples a second per CPU. `event`: one of `PERF_EVENTS`
+        (software "cpu-clock" works in any VM; "cycles" needs a PMU). One link per
+        CPU behind one `Link`, so its `fd` raises NoLinkFd where there are several.
+        """
+        from pytest_lbr.kernel import perf
+
+        self._obj._check_open(f"program {self.name}")
+        what = f"cannot attach {self.name} to perf event {event}"
+        if self.type != "perf_event":
+            raise AttachError(
+                errno.EINVAL,
+                what,
+                f'it is a {self.type} program from SEC("{self.section}"), not perf_event '
+                '(SEC("perf_event") makes one)',
+            )
+        if event not in PERF_EVENTS:
+            raise AttachError(errno.EINVAL, what, f"events: {', '.join(PERF_EVENTS)}")
+        attr = perf.perf_event_attr()
+        attr.size = ctypes.sizeof(attr)
+        attr.type, attr.config = PERF_EVENTS[event]
+        attr.sample_period = frequency  # sample_freq, with the freq flag
+        attr.flags = _PERF_FREQ
+        links: list[int] = []
+
+        def destroy() -> None:
+            for ptr in links:
+                lib.bpf_link__destroy(ptr)
+
+        try:
+            for cpu in perf.online_cpus() if cpus is None else cpus:
+                try:
+                    pfd = perf.perf_event_open(attr, -1, cpu)
+                except OSError as exc:
+                    err = exc.errno or errno.EINVAL
+                    hint = _ROOT_HINT if err in _PERMISSION else ""
+                    if err in (errno.ENOENT, errno.EOPNOTSUPP):
+                        hint = 'no such event on this machine; "cpu-clock" is a software event'
+                    raise AttachError(err, f"{what} on CPU {cpu}", hint) from None
+                ptr = lib.bpf_program__attach_perf_event(self._ptr, pfd)
+                if not ptr:
+                    err = ctypes.get_errno() or errno.EINVAL
+                    os.close(pfd)
+                    raise AttachError(err, f"{what} on CPU {cpu}")
+                links.append(ptr)  # the link owns the event's fd from here
+        except AttachError:
+            destroy()
+            raise
+        link = (
+            Link(self.name, links[0]) if len(links) == 1 else PerCpuLink(self.name, detach=destroy)
+        )
+        return self._keep(link)
+
     def _keep(self, link: _L) -> _L:
         self._obj._links.append(link)
         return link
@@ -555,6 +721,28 @@ class Link:
 
 
 _L = TypeVar("_L", bound=Link)
+
+
+class SockmapLink(Link):
+    """An sk_msg / sk_skb program attached to a sockmap (`Program.attach_sockmap`)."""
+
+    def __init__(self, program: str, sockmap: str, detach: Callable[[], object]) -> None:
+        super().__init__(program, detach=detach)
+        #: The map's name.
+        self.sockmap = sockmap
+
+    def _link_fd(self) -> int:
+        raise NoLinkFd(
+            f"{self.program} on map {self.sockmap} has no link fd: it was attached with "
+            "bpf_prog_attach (sockmap links came in Linux 6.10)"
+        )
+
+
+class PerCpuLink(Link):
+    """A perf_event program attached on several CPUs (`Program.attach_perf_event`)."""
+
+    def _link_fd(self) -> int:
+        raise NoLinkFd(f"{self.program} has one perf-event link per CPU, so no single fd")
 
 
 class XdpLink(Link):

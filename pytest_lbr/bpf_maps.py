@@ -28,12 +28,15 @@ class _Owner(Protocol):
 
     def _check_open(self, what: str) -> None: ...
 
+    def _attach_struct_ops(self, bmap: Map) -> Any: ...
+
 
 class Map:
     """One map of a `BpfObject`. Keys and values: bytes, or int packed little-endian."""
 
     def __init__(self, obj: _Owner, ptr: int) -> None:
         self._obj = obj
+        self._ptr = ptr
         self.name: str = lib.bpf_map__name(ptr).decode()
         self._fd: int = lib.bpf_map__fd(ptr)
         self.key_size: int = lib.bpf_map__key_size(ptr)
@@ -122,6 +125,19 @@ class Map:
             value = self.lookup(key)
             if value is not None:
                 yield key, value
+
+    @property
+    def type_id(self) -> int:
+        """The map's type (uapi enum bpf_map_type: 1 hash, 2 array, 26 struct_ops, ...)."""
+        return self._type_id
+
+    def attach_struct_ops(self) -> Any:
+        """Register a struct_ops map (`SEC(".struct_ops")` or `SEC(".struct_ops.link")`: a
+        TCP congestion control written in BPF, ...) with the kernel, as a skeleton's
+        `bpf_map__attach_struct_ops` does. It stays registered until the returned
+        `pytest_lbr.bpf.Link` closes, or the object does. AttachError (one line) when
+        the kernel refuses."""
+        return self._obj._attach_struct_ops(self)
 
     def __repr__(self) -> str:
         sizes = f"key={self.key_size}B value={self.value_size}B max={self.max_entries}"

@@ -385,6 +385,13 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_tc_attach", c_int, c_void_p, c_void_p)
     _proto(cdll, "bpf_tc_detach", c_int, c_void_p, c_void_p)
     _proto(cdll, "bpf_link__destroy", c_int, c_void_p)
+    # cgroup, sockmap, struct_ops and perf-event attachment (pytest_lbr.bpf).
+    _proto(cdll, "bpf_program__attach_cgroup", c_void_p, c_void_p, c_int)
+    _proto(cdll, "bpf_program__attach_perf_event", c_void_p, c_void_p, c_int)
+    _proto(cdll, "bpf_program__expected_attach_type", c_int, c_void_p)
+    _proto(cdll, "bpf_map__attach_struct_ops", c_void_p, c_void_p)
+    _proto(cdll, "bpf_prog_attach", c_int, c_int, c_int, c_int, c_uint32)
+    _proto(cdll, "bpf_prog_detach2", c_int, c_int, c_int, c_int)
     _proto(cdll, "bpf_map__reuse_fd", c_int, c_void_p, c_int)
     _proto(cdll, "bpf_map__set_initial_value", c_int, c_void_p, c_void_p, c_size_t)
     _proto(cdll, "ring_buffer__new", c_void_p, c_int, c_void_p, c_void_p, c_void_p)

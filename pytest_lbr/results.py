@@ -83,6 +83,8 @@ class TraceRecord:
     hits: int
     lost: int
     notes: list[str] = field(default_factory=list)
+    #: Hits that carry the target's return value.
+    returns: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,8 @@ class TestResult:
     kernel: bool = False
     #: The `lbr` fixture handed it a tracer (whether or not it armed a trace).
     tracer: bool = False
+    #: What the test recorded with pytest's `record_property` (values as text).
+    properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def traced(self) -> bool:

@@ -61,6 +61,7 @@ class ResultsBook:
                     "hits": len(t.hits),
                     "lost": t.lost,
                     "notes": list(t.notes),
+                    "returns": sum(1 for h in t.hits if h.retval is not None),
                 }
                 for t in state.traces
             ],
@@ -90,8 +91,10 @@ class ResultsBook:
         for key, value in report.user_properties:
             if key == RESULTS_PROPERTY:
                 test.update(json.loads(str(value)))
-            elif key == TRACING_PROPERTY and value != "unavailable":
-                test["tracer"] = True
+            elif key == TRACING_PROPERTY:
+                test["tracer"] = test.get("tracer") or value != "unavailable"
+            else:
+                test.setdefault("properties", {})[key] = str(value)
         if report.when == "teardown":
             self._write(report.nodeid, self._tests.pop(report.nodeid))
 
@@ -111,6 +114,7 @@ class ResultsBook:
             ],
             bool(test.get("kernel")),
             bool(test.get("tracer")),
+            test.get("properties", {}),
         )
         append_record(self.path, record)
 

@@ -255,3 +255,23 @@ def test_a_guest_record_reads_back_and_explains_missing_results(tmp_path: Path) 
     assert guest_record(tmp_path / "none") is None
     text = summary_markdown({"6.12": Results(guest=record)})
     assert "| 6.12 | - | - | - | - | no results: guest did not boot within 300s |" in text
+
+
+def test_properties_a_test_records_are_in_its_record(pytester: pytest.Pytester) -> None:
+    """`record_property` values reach the results file (the conformance table reads them)."""
+    pytester.makepyfile(
+        test_props="""
+def test_typed(record_property):
+    record_property("program_type", "lsm")
+    record_property("count", 3)
+
+
+def test_plain():
+    pass
+"""
+    )
+    out = pytester.path / "results.jsonl"
+    pytester.runpytest(f"--lbr-results={out}", "-p", "no:cacheprovider").assert_outcomes(passed=2)
+    tests = {t.nodeid: t for t in read_results(out).tests}
+    assert tests["test_props.py::test_typed"].properties == {"program_type": "lsm", "count": "3"}
+    assert tests["test_props.py::test_plain"].properties == {}

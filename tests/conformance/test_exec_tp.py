@@ -39,7 +39,8 @@ def cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built):
+def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built, record_property):
+    record_property("program_type", "tracepoint")
     obj = bpf.load(built("exec_tp"))
     prog = obj.programs[PROG]
 

@@ -39,7 +39,8 @@ def parse(out: bytes) -> tuple[list[tuple[int, int, str]], list[tuple], bytes]:
     return lines, records, rest
 
 
-def test_task_iterator_lists_this_process(bpf, lbr, built):
+def test_task_iterator_lists_this_process(bpf, lbr, built, record_property):
+    record_property("program_type", "iter/task")
     obj = bpf.load(built("iter_task"))
     prog = obj.programs[PROG]
 

@@ -21,7 +21,8 @@ PROG = "kill_entry"
 HELPERS = ("bpf_get_current_pid_tgid", "bpf_printk")
 
 
-def test_ksyscall_sees_our_kill(bpf, lbr, built):
+def test_ksyscall_sees_our_kill(bpf, lbr, built, record_property):
+    record_property("program_type", "ksyscall")
     obj = bpf.load(built("ksyscall"))
     prog = obj.programs[PROG]
     kills = section_map(obj, ".bss")  # __u64 kills: kill(2)s seen, machine-wide
