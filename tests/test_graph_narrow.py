@@ -78,3 +78,20 @@ def test_a_jited_image_calls_are_its_roots() -> None:
     second = bytes.fromhex("e8 fb 1f 00 00 c3")  # at 0x3000: call 0x5000; ret
     roots = image_roots(first + second, [(0x1000, 6), (0x3000, 6)], "x86_64")
     assert roots == {0x2000, 0x5000}
+
+
+def test_a_root_the_tracer_cannot_patch_is_stood_in_for_by_all_it_calls(kernel) -> None:
+    # bpf_trace_printk (what bpf_printk calls) is in kernel/trace/, built without -pg:
+    # only its callees can be recorded, and they are global (kernel/bpf/helpers.c).
+    symbols, read = kernel
+    root = symbols.address_of("bpf_trace_printk")
+    assert root is not None
+    untraceable = {"bpf_trace_printk"}
+    found = callee_closure(
+        [root], symbols, read, "x86_64", lambda n: n not in untraceable, depth=1
+    )
+    assert "bpf_bprintf_prepare" in found.functions, found.functions
+    assert not symbols.is_local(symbols.address_of("bpf_bprintf_prepare") or 0)
+    # A root the tracer can patch keeps the rule: only static functions below it.
+    patched = callee_closure([root], symbols, read, "x86_64", lambda n: True, depth=1)
+    assert "bpf_bprintf_prepare" not in patched.functions

@@ -63,6 +63,11 @@ TRACE_CLOCK = "ktime_get_mono_fast_ns"
 #: without -pg, so only its callees are recorded ("_raw_spin_lock_irqsave
 #: <-trace_pid_list_is_set", 6.1 and 6.12 guests): ftrace's work, as clock reads are.
 FTRACE_OWN_PARENTS = frozenset({"trace_pid_list_is_set"})
+#: Our own BPF programs (bpf/lbr_tracer.bpf.c: the fexit that reads a traced
+#: program's return value runs in its trampoline, right after it): their calls
+#: ("bpf_get_current_pid_tgid <-bpf_prog_<tag>_lbr_fexit", 6.12 guest) are the
+#: tracer's work, recorded when a traced program calls the same helper.
+_TRACER_PROGRAM = re.compile(r"^bpf_prog_[0-9a-f]{16}_lbr_")
 
 #: Interrupt entry and exit code that runs before the hardirq bit is set in
 #: preempt_count or after it is cleared: ftrace does not flag these records as
@@ -105,8 +110,9 @@ def _interrupt_edge_parent(parent: str) -> bool:
     return _IRQ_EDGE_PARENT.match(parent) is not None
 
 
-class _FtraceOwn:
-    """Which records are ftrace's own work (`FTRACE_OWN_PARENTS`) or nested in it.
+class _TracerOwn:
+    """Which records are the tracer's own work (ftrace's, `FTRACE_OWN_PARENTS`; our
+    programs', `_TRACER_PROGRAM`) or nested in it.
 
     Records come depth first per thread: a record whose parent is not one dropped
     since the last kept record of its context ends the dropped subtree.
@@ -116,10 +122,11 @@ class _FtraceOwn:
         self._open: dict[tuple[int, bool], set[str]] = {}
 
     def dropped(self, r: FunctionRecord) -> bool:
-        """Whether `r` is ftrace's own work (remembered: its callees are too)."""
+        """Whether `r` is the tracer's own work (remembered: its callees are too)."""
         key = (r.tid, r.in_irq)
         inside = self._open.get(key)
-        if r.parent in FTRACE_OWN_PARENTS or (inside and r.parent in inside):
+        own = r.parent in FTRACE_OWN_PARENTS or bool(r.parent and _TRACER_PROGRAM.match(r.parent))
+        if own or (inside and r.parent in inside):
             self._open.setdefault(key, set()).add(r.func)
             return True
         if inside:
@@ -250,7 +257,7 @@ def build_hits(
     `irq_enter_rcu` is among the task's records) and `irq_exit_rcu` closes it.
     """
     forever = 1 << 63
-    ftrace_own = _FtraceOwn()
+    tracer_own = _TracerOwn()
     by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
     nested: dict[int, list[FunctionRecord | EventRecord]] = {}  # hardirqs on interrupt work
     spans: dict[int, list[list[int]]] = {}  # tid -> [start, end] of each such hardirq
@@ -268,7 +275,7 @@ def build_hits(
             (irq and not interrupts)
             or r.parent == TRACE_CLOCK
             or _interrupt_edge(r)
-            or ftrace_own.dropped(r)
+            or tracer_own.dropped(r)
         ):
             continue  # interrupts are not the thread's work, clock reads are ftrace's
         if irq and spans.get(r.tid, [[0, 0]])[-1][1] == forever:

@@ -129,14 +129,17 @@ def callee_closure(
     truncated = False
     seen: set[int] = set()
     level = set(roots)
+    rootlike = set(roots)  # roots, and what stands in for a root the tracer cannot patch
     for d in range(depth + 1):
         following: set[int] = set()
+        standing_in: set[int] = set()
         for addr in sorted(level - seen):
             seen.add(addr)
             sym = symbols.lookup(addr)
             if sym is None or sym.offset:
                 continue  # not a function's start: a thunk or a label
-            if traceable(sym.name):
+            patched = traceable(sym.name)
+            if patched:
                 if len(found) >= limit:
                     truncated = True
                     continue
@@ -148,9 +151,17 @@ def callee_closure(
                 insns = disassemble(read(addr, end - addr), addr, arch)
             except OSError:
                 continue
-            following.update(t for _, t in call_targets(insns, arch))
-            following.update(_jump_targets(insns, addr, end))
+            callees = {t for _, t in call_targets(insns, arch)}
+            callees.update(_jump_targets(insns, addr, end))
+            following |= callees
+            if addr in rootlike and not patched:
+                # A helper the tracer cannot patch (bpf_trace_printk: kernel/trace is
+                # built without -pg) shows only through its callees, global ones too
+                # (bpf_bprintf_prepare): they stand in for it as roots.
+                standing_in |= callees
         level = {a for a in following if symbols.in_core(a) and symbols.is_local(a)}
+        level |= {a for a in standing_in if symbols.in_core(a)}
+        rootlike = standing_in
     return Narrowing(tuple(found), depth, truncated)
 
 
