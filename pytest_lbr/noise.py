@@ -12,8 +12,26 @@ __all__ = [
     "EXIT_HOOK_FRAMES",
     "PROBE_HANDLERS",
     "TRACER_OWN_FUNCTIONS",
+    "TRACER_PROGRAMS",
     "TRACER_SYMBOLS",
 ]
+
+#: The tracer's own BPF programs (bpf/lbr_tracer.bpf.c, bpf/lbr_selftest.bpf.c), by
+#: function name: kallsyms lists each as bpf_prog_<tag>_<name>. Named one by one, so
+#: a user's program called lbr_init is not taken for ours.
+TRACER_PROGRAMS = (
+    "lbr_fentry",
+    "lbr_fexit",
+    "lbr_kprobe_multi",
+    "lbr_kretprobe_multi",
+    "lbr_kprobe",
+    "lbr_kretprobe",
+    "lbr_tracepoint",
+    "lbr_uprobe",
+    "lbr_uretprobe",
+    "lbr_fork",
+    "lbr_selftest",
+)
 
 #: Code the tracer itself runs between the traced function and the snapshot:
 #: trampolines, program entry/exit, the kprobe/fprobe/tracepoint plumbing, the
@@ -23,7 +41,7 @@ TRACER_SYMBOLS = (
     "__bpf_prog_enter*",
     "__bpf_prog_exit*",
     "__bpf_tramp_*",
-    "bpf_prog_*_lbr_*",
+    *(f"bpf_prog_*_{name}" for name in TRACER_PROGRAMS),
     "bpf_get_branch_snapshot",
     "bpf_get_smp_processor_id",
     "intel_pmu_snapshot*",

@@ -34,7 +34,7 @@ from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
 from pytest_lbr.capture.graph_trampoline import trampoline_frame, without_exit_hooks
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location
-from pytest_lbr.noise import PROBE_HANDLERS
+from pytest_lbr.noise import PROBE_HANDLERS, TRACER_PROGRAMS
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is read
@@ -67,7 +67,7 @@ FTRACE_OWN_PARENTS = frozenset({"trace_pid_list_is_set"})
 #: program's return value runs in its trampoline, right after it): their calls
 #: ("bpf_get_current_pid_tgid <-bpf_prog_<tag>_lbr_fexit", 6.12 guest) are the
 #: tracer's work, recorded when a traced program calls the same helper.
-_TRACER_PROGRAM = re.compile(r"^bpf_prog_[0-9a-f]{16}_lbr_")
+_TRACER_PROGRAM = re.compile(rf"^bpf_prog_[0-9a-f]{{16}}_(?:{'|'.join(TRACER_PROGRAMS)})$")
 
 #: Interrupt entry and exit code that runs before the hardirq bit is set in
 #: preempt_count or after it is cleared: ftrace does not flag these records as
@@ -316,8 +316,9 @@ def build_hits(
                 ends = sorted(r.ts_ns for r in mine.get(i, []))
                 mine_starts = (starts or {}).get(i, ())
                 others = [v for k, v in (starts or {}).items() if k != i]
+                other_ends = sorted(r.ts_ns for k, rs in mine.items() if k != i for r in rs)
                 runs = _program_runs(
-                    target, matchers[i], tid, recs, ends, mine_starts, site_of, others
+                    target, matchers[i], tid, recs, ends, mine_starts, site_of, others, other_ends
                 )
                 if i in exits:
                     runs = _with_returns(target, tid, runs, mine.get(i, []))
@@ -505,6 +506,7 @@ def _program_runs(
     starts: Sequence[tuple[str | None, int]] = (),
     site_of: SiteFinder | None = None,
     others: Sequence[Sequence[tuple[str | None, int]]] = (),
+    other_ends: Sequence[int] = (),
 ) -> list[Hit]:
     """One hit per run of a BPF program: the calls it made and what they called.
 
@@ -522,7 +524,9 @@ def _program_runs(
     system-wide trace narrowed to the program's calls records none).
     `starts`: the program's JITed functions (kallsyms name, address; main first), where `site_of` looks
     for the call of an unrecorded function the program called; `others`: the
-    other program targets' (a first call that one of them makes too starts no run).
+    other program targets' (a first call that one of them makes too starts no
+    run, unless the fexit returns say whose run it was: this program's return
+    comes before any of theirs, `other_ends`, sorted).
     """
     hits: list[Hit] = []
     hit: Hit | None = None
@@ -569,8 +573,15 @@ def _program_runs(
             # and the program's code calls it, and no other traced program's does
             # (two programs printing: whose call it was is unknown).
             frame = called_by_program(rec, None, starts, site_of)
-            if frame.call is not None and not any(
-                called_by_program(rec, None, o, site_of).call is not None for o in others
+            k = bisect.bisect_left(other_ends, rec.ts_ns)
+            returns_first = next_end < len(ends) and (
+                k == len(other_ends) or ends[next_end] < other_ends[k]
+            )
+            if frame.call is not None and (
+                returns_first
+                or not any(
+                    called_by_program(rec, None, o, site_of).call is not None for o in others
+                )
             ):
                 hit = Hit(target.spec, cpu=rec.cpu, pid=os.getpid(), tid=tid)
                 hit.timestamp_ns = rec.ts_ns

@@ -22,7 +22,14 @@ from pytest_lbr.model import Branch, Hit, Location
 if TYPE_CHECKING:
     from pytest_lbr.symbols.kallsyms import KernelSymbols
 
-__all__ = ["ProgramFlow", "add_implied", "empty_runs_note", "flow_of", "program_flow"]
+__all__ = [
+    "ProgramFlow",
+    "add_implied",
+    "empty_runs_note",
+    "flow_of",
+    "program_flow",
+    "void_returns",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,9 @@ class ProgramFlow:
     #: Translated call index -> (JIT return address, target address, target name),
     #: for the calls of functions the function tracer cannot patch.
     unrecordable: dict[int, tuple[int, int, str]]
+    #: Its main function returns void (a struct_ops callback such as a congestion
+    #: control's `init`): what its fexit reads as a return value is a stale register.
+    returns_void: bool = False
 
 
 def program_flow(
@@ -48,7 +58,7 @@ def program_flow(
     `syms`: kallsyms, for the called functions' names."""
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.kernel.machine import machine
-    from pytest_lbr.kernel.programs import program_details
+    from pytest_lbr.kernel.programs import Btf, program_details
     from pytest_lbr.libbpf import BpfError
     from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index
     from pytest_lbr.symbols.bpfprog import jited_image
@@ -56,10 +66,15 @@ def program_flow(
 
     try:
         xlated = xlated_insns(fd)
-        functions = program_details(fd).functions
+        details = program_details(fd)
+        functions = details.functions
         start, image = jited_image(fd)
     except (BpfError, OSError):
         return None
+    void = False
+    if details.func_types:
+        with Btf(details.btf_id) as btf:
+            void = bool(btf.returns_void(details.func_types[0]))
     call_base = syms.address_of("__bpf_call_base")
     if not functions or not xlated or call_base is None:
         return None
@@ -76,7 +91,7 @@ def program_flow(
         if sym is not None and sym.offset == 0 and sym.module is None and not traceable(sym.name):
             unrecordable[k] = (ret, target, sym.name)
     sites = {ret: k for k, (ret, _) in zip(index, calls, strict=True)}
-    return ProgramFlow(sites, call_dominators(xlated), unrecordable)
+    return ProgramFlow(sites, call_dominators(xlated), unrecordable, void)
 
 
 def add_implied(hit: Hit, flow: ProgramFlow) -> None:
@@ -135,4 +150,19 @@ def empty_runs_note(hits: list[Hit], programs: list[str]) -> list[str]:
                 "recorded no call in them (each is known from its fexit return), and none "
                 "of their calls is implied by a recorded one"
             )
+    return notes
+
+
+def void_returns(hits: list[Hit], flows: dict[str, ProgramFlow | None]) -> list[str]:
+    """Clear the return values of runs of programs that return void, and say so:
+    one note per such program traced."""
+    notes = []
+    for spec, flow in flows.items():
+        if flow is None or not flow.returns_void:
+            continue
+        runs = [h for h in hits if h.target == spec]
+        for h in runs:
+            h.retval = None
+        if runs:
+            notes.append(f"{spec} returns void: its runs have no return value")
     return notes

@@ -144,6 +144,17 @@ class Btf:
         t = lib.btf__type_by_id(self._btf, type_id)
         return self.string(btf_type.from_address(t).name_off) if t else None
 
+    def returns_void(self, func_type_id: int) -> bool | None:
+        """Whether function `func_type_id` (a BTF FUNC) returns void: its FUNC_PROTO's
+        return type is 0. None where the types cannot be read."""
+        if not self._btf:
+            return None
+        func = lib.btf__type_by_id(self._btf, func_type_id)
+        proto = lib.btf__type_by_id(self._btf, btf_type.from_address(func).size) if func else None
+        if not proto:
+            return None
+        return btf_type.from_address(proto).size == 0
+
     def close(self) -> None:
         """Free the BTF object (idempotent)."""
         btf, self._btf = self._btf, None

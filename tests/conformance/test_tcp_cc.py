@@ -64,6 +64,10 @@ def test_bpf_congestion_control_runs_for_our_socket(bpf, lbr, built, record_prop
     assert trace.called("bpf_printk", by="lbr_init"), text
     assert trace.called("tcp_reno_cong_avoid", by="lbr_cong_avoid"), text
     assert "(unseen caller)" not in text, text
+    # init returns void: no run of it carries a return value, and the trace says why.
+    runs = [h for h in trace.hits if h.target == "prog:name:lbr_init"]
+    assert runs and all(h.retval is None for h in runs), text
+    assert "prog:name:lbr_init returns void: its runs have no return value" in trace.notes
 
 
 def test_a_map_that_is_not_struct_ops_is_refused_in_one_line(bpf, built):
