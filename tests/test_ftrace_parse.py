@@ -669,3 +669,41 @@ def test_records_of_the_function_tracers_own_pid_filter_are_dropped() -> None:
     hits = build_hits([target], [lambda f, a: f == "schedule"], {}, {}, records, site_of=Sites())
     text = str(Trace(hits=hits))
     assert "__schedule" in text and "trace_pid_list_is_set" not in text, text
+
+
+def test_a_helper_two_programs_call_is_the_run_whose_return_comes_first() -> None:
+    # 6.12 guest, system scope: on_connect4 and on_sockops (tests/conformance/sockets.bpf.c)
+    # both call bpf_printk, whose bpf_trace_printk only its callees name. The connect4
+    # run's printk came first; later the sockops run called bpf_sock_map_update and
+    # then bpf_printk. The fexit returns (times between the runs' records) say whose
+    # printk each was: the first must not end the sockops run as machinery would.
+    records = _records("ftrace-6.12-socket_hooks.txt")
+    connect4 = ("bpf_prog_fd01cf62e786c6e7_on_connect4", 0)
+    sockops = ("bpf_prog_d6a16fe68beb1acb_on_sockops", 0xFFFFFFFFC01148E3 - 0x97)
+    printk = 0xFFFFFFFF8D06ECC3 - 0x63
+    at = {r.ts_ns: r for r in records if isinstance(r, FunctionRecord)}
+    first = min(t for t, r in at.items() if r.func == "bpf_bprintf_cleanup")
+    update = min(t for t, r in at.items() if r.func == "bpf_sock_map_update")
+    printed = min(t for t, r in at.items() if r.func == "bpf_bprintf_cleanup" and t > update)
+
+    class Sites(_NoSites):  # both programs' code calls bpf_trace_printk
+        def __call__(self, caller: str | None, start: int, callee: int, after: int = 0):
+            if callee == printk and (caller, start) in (connect4, sockops):
+                return caller, start, start + 0xCC
+            return None
+
+    tid = next(r.tid for r in records if isinstance(r, FunctionRecord))
+    exits = {
+        0: [RawHit(0, 1, tid, tid, first + 10, 1, -2)],
+        1: [RawHit(1, 0, tid, tid, printed + 10, 1, -2)],
+    }
+    targets = [parse_target("prog:name:on_connect4"), parse_target("prog:name:on_sockops")]
+    matchers = [lambda f, a: f == connect4[0], lambda f, a: f == sockops[0]]
+    starts = {0: [connect4], 1: [sockops]}
+    hits = build_hits(
+        targets, matchers, {}, {}, records, None, exits, site_of=Sites(), starts=starts
+    )
+    runs = [h for h in hits if h.target == "prog:name:on_sockops" and h.branches]
+    assert runs, str(Trace(hits=hits))
+    text = str(Trace(hits=runs[:1]))
+    assert "bpf_sock_map_update" in text and "-> bpf_trace_printk+0x0" in text, text

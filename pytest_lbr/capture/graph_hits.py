@@ -589,6 +589,11 @@ def _program_runs(
                 site = (call.parent, call.parent_addr - call.parent_off, call.parent_addr)
                 inner.append(frame)
                 _append(hit, Step("call", frame, list(inner)))
+            elif frame.call is not None:
+                # Another traced program's call of a helper this one calls too: not
+                # this thread's own machinery, so it goes on no stack (on `outer`, a
+                # later call of it in this program's run would end the run).
+                continue
         elif hit is not None:
             depth = innermost_call(inner, parent)
             if depth is not None:
