@@ -47,6 +47,12 @@ class CallSites:
     def __init__(self) -> None:
         self._symbols: KernelSymbols | None = None
         self._broken = False
+        #: Functions kallsyms did not list as asked even after a reload: asked again
+        #: (a trace asks per record), they are not read again (2 s under TCG).
+        self._unknown: set[tuple[str | None, int]] = set()
+        #: `through` answers, by (caller, its start, callee): each is a search of every
+        #: function the caller calls.
+        self._through: dict[tuple[str | None, int, int], tuple[CallSite, CallSite] | None] = {}
 
     def __call__(
         self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0
@@ -73,19 +79,23 @@ class CallSites:
         unrecorded function between them (a notrace `preempt_schedule_common`
         between `__cond_resched` and `__schedule`): (the caller's call of it,
         its call of the callee). Calls at or after `after` are tried first."""
+        key = (caller, caller_start, callee_addr)
+        if key in self._through:
+            return self._through[key]
         found = self._function(caller, caller_start)
-        if found is None:
-            return None
-        name, size = found
-        calls = calls_in(name, caller_start, size)
+        answer = None
+        name, size = found if found is not None else ("", 0)
+        calls = calls_in(name, caller_start, size) if found is not None else []
         for ret, target in sorted(calls, key=lambda c: (c[0] <= after, c[0])):
             middle = self._entry(target)
             if middle is None or middle[1] == callee_addr:
                 continue
             inner = self(middle[0], middle[1], callee_addr)
             if inner is not None:
-                return (name, caller_start, ret), inner
-        return None
+                answer = (name, caller_start, ret), inner
+                break
+        self._through[key] = answer
+        return answer
 
     def _entry(self, target: int) -> tuple[str, int] | None:
         """(name, start) of the function a call to `target` enters: the function
@@ -102,7 +112,7 @@ class CallSites:
     def _function(self, name: str | None, start: int) -> tuple[str, int] | None:
         """(name, size) of the function at `start`, as kallsyms lists it now."""
         syms = self._kallsyms()
-        if syms is None:
+        if syms is None or (name, start) in self._unknown:
             return None
         for attempt in range(2):
             sym = syms.lookup(start)
@@ -116,6 +126,7 @@ class CallSites:
                     syms.reload()
                 except OSError:
                     return None
+        self._unknown.add((name, start))
         return None
 
     def kallsyms(self) -> KernelSymbols | None:

@@ -114,9 +114,11 @@ def calling_frame(
 
     The caller is the innermost frame at or below `upto` whose code calls the
     parent: a frame whose code holds no such call did not make it. Where no
-    frame's does, it is the innermost whose code calls a function that calls the
+    frame's does, it is frame `upto` if its code calls a function that calls the
     parent: `preempt_schedule_common` (notrace) between `__cond_resched` and
-    `__schedule` (6.1 guest). None: neither is found, so its caller is unknown.
+    `__schedule` (6.1 guest). Only that frame is searched so: the search reads
+    every function it calls, and over a whole stack (an exec's) it took minutes
+    under TCG. None: neither is found, so its caller is unknown.
     """
     for depth in range(upto, -1, -1):
         f = stack[depth]
@@ -126,17 +128,14 @@ def calling_frame(
             return depth, [frame]
     start = rec.parent_addr - rec.parent_off
     assert rec.parent is not None
-    for depth in range(upto, -1, -1):
-        if site_of is None:
-            break
-        f = stack[depth]
-        found = site_of.through(f.func, f.addr, start, f.last_site)
-        if found is not None:
-            outer, inner = found
-            f.last_site = outer[2]
-            middle = _called(rec, inner[0], inner[1], outer)
-            middle.last_site = inner[2]
-            return depth, [middle, _called(rec, rec.parent, start, inner)]
+    f = stack[upto]
+    found = None if site_of is None else site_of.through(f.func, f.addr, start, f.last_site)
+    if found is not None:
+        outer, inner = found
+        f.last_site = outer[2]
+        middle = _called(rec, inner[0], inner[1], outer)
+        middle.last_site = inner[2]
+        return upto, [middle, _called(rec, rec.parent, start, inner)]
     return None, [unseen_frame(rec, None, None)]
 
 
