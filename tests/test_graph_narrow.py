@@ -87,9 +87,7 @@ def test_a_root_the_tracer_cannot_patch_is_stood_in_for_by_all_it_calls(kernel) 
     root = symbols.address_of("bpf_trace_printk")
     assert root is not None
     untraceable = {"bpf_trace_printk"}
-    found = callee_closure(
-        [root], symbols, read, "x86_64", lambda n: n not in untraceable, depth=1
-    )
+    found = callee_closure([root], symbols, read, "x86_64", lambda n: n not in untraceable, depth=1)
     assert "bpf_bprintf_prepare" in found.functions, found.functions
     assert not symbols.is_local(symbols.address_of("bpf_bprintf_prepare") or 0)
     # A root the tracer can patch keeps the rule: only static functions below it.

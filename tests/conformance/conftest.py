@@ -17,11 +17,22 @@ import pytest
 CONFORMANCE = Path(__file__).resolve().parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "program_type(name): the BPF program type a conformance test covers; it goes "
+        "into the results records (`properties`), where docs/guide.md's table is made from",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.path)).is_relative_to(CONFORMANCE):
             item.add_marker(pytest.mark.kernel)
+        # A user property, as record_property makes, without its junit xunit2 warning.
+        for mark in item.iter_markers("program_type"):
+            item.user_properties.append(("program_type", str(mark.args[0])))
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """The "Program types" table of docs/guide.md, generated from the conformance
 suite's results records (never by hand).
 
-Each conformance test records its program type (`record_property("program_type",
-...)`); `pytest-lbr vm --results DIR` writes one results file per kernel
+Each conformance test is marked with its program type
+(`@pytest.mark.program_type("lsm")`, a user property in its results record);
+`pytest-lbr vm --results DIR` writes one results file per kernel
 (DIR/6.1/results.jsonl, ...). A cell says whether the test passed, whether its
 trace had hits and return values, and the notes the trace carried (what a user
 sees), or why it was skipped or failed, in the kernel's words.

@@ -15,6 +15,8 @@ import os
 import struct
 import subprocess
 
+import pytest
+
 from tests.conformance.evidence import called_table, printk_lines, ring_buffer_records
 
 PROG = "handle_exec"
@@ -39,8 +41,8 @@ def cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built, record_property):
-    record_property("program_type", "tracepoint")
+@pytest.mark.program_type("tracepoint")
+def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built):
     obj = bpf.load(built("exec_tp"))
     prog = obj.programs[PROG]
 

@@ -14,6 +14,8 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
+
 from tests.conformance.evidence import called_table
 
 PROG = "dump_task"
@@ -39,8 +41,8 @@ def parse(out: bytes) -> tuple[list[tuple[int, int, str]], list[tuple], bytes]:
     return lines, records, rest
 
 
-def test_task_iterator_lists_this_process(bpf, lbr, built, record_property):
-    record_property("program_type", "iter/task")
+@pytest.mark.program_type("iter/task")
+def test_task_iterator_lists_this_process(bpf, lbr, built):
     obj = bpf.load(built("iter_task"))
     prog = obj.programs[PROG]
 

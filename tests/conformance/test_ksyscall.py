@@ -15,14 +15,16 @@ import os
 import struct
 import threading
 
+import pytest
+
 from tests.conformance.evidence import called_table, printk_lines, section_map
 
 PROG = "kill_entry"
 HELPERS = ("bpf_get_current_pid_tgid", "bpf_printk")
 
 
-def test_ksyscall_sees_our_kill(bpf, lbr, built, record_property):
-    record_property("program_type", "ksyscall")
+@pytest.mark.program_type("ksyscall")
+def test_ksyscall_sees_our_kill(bpf, lbr, built):
     obj = bpf.load(built("ksyscall"))
     prog = obj.programs[PROG]
     kills = section_map(obj, ".bss")  # __u64 kills: kill(2)s seen, machine-wide

@@ -29,8 +29,8 @@ def busy(seconds: float) -> None:
         os.stat("/")
 
 
-def test_perf_event_program_samples_our_process(bpf, lbr, built, record_property):
-    record_property("program_type", "perf_event")
+@pytest.mark.program_type("perf_event")
+def test_perf_event_program_samples_our_process(bpf, lbr, built):
     obj = bpf.load(built("perf_sample"))
     prog = obj.programs[PROG]
     bss = section_map(obj, ".bss")

@@ -40,8 +40,8 @@ def counters(obj) -> dict[str, int]:
     }
 
 
-def test_socket_hooks_see_our_connection(bpf, lbr, built, record_property):
-    record_property("program_type", "cgroup/connect4, cgroup_skb, sockops, sk_msg")
+@pytest.mark.program_type("cgroup/connect4, cgroup_skb, sockops, sk_msg")
+def test_socket_hooks_see_our_connection(bpf, lbr, built):
     obj = bpf.load(built("sockets"))
     progs = {name: obj.programs[name] for name in HELPERS}
     with socket.create_server(("127.0.0.1", 0)) as server:

@@ -30,8 +30,8 @@ def drain(sock: socket.socket) -> None:
             pass
 
 
-def test_bpf_congestion_control_runs_for_our_socket(bpf, lbr, built, record_property):
-    record_property("program_type", "struct_ops")
+@pytest.mark.program_type("struct_ops")
+def test_bpf_congestion_control_runs_for_our_socket(bpf, lbr, built):
     obj = bpf.load(built("tcp_cc"))
     init, avoid = obj.programs["lbr_init"], obj.programs["lbr_cong_avoid"]
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.conformance.evidence import (
     called_table,
     printk_lines,
@@ -22,8 +24,8 @@ from tests.conformance.evidence import (
 HELPERS = ("bpf_get_current_pid_tgid", "bpf_printk")
 
 
-def test_fentry_and_fexit_see_our_unlink(bpf, lbr, built, tmp_path, record_property):
-    record_property("program_type", "fentry/fexit")
+@pytest.mark.program_type("fentry/fexit")
+def test_fentry_and_fexit_see_our_unlink(bpf, lbr, built, tmp_path):
     obj = bpf.load(built("unlink_fentry"))
     pid = os.getpid()
     section_map(obj, ".bss").update(0, pid)  # target_tgid: only this process's unlinks
