@@ -202,6 +202,12 @@ class Branch:
             return f"{'|'.join(callers)} -> {self.dst} (tail call)"
         if self.kind == "implied":
             return f"{self.src} -> {self.dst} (implied: its call site dominates a recorded call)"
+        prog = self.src.program if self.kind == "ret" and self.dst == UNSEEN_CALLER else None
+        if prog is not None and self.src.symbol == prog.program and prog.tail_called_by:
+            # A tail-called program returns where the program that tail-called was
+            # called from: known, not unseen, though its address is not recorded.
+            callers = "|".join(prog.tail_called_by)
+            return f"{self.src} -> the caller of {callers} (end of the tail call)"
         return f"{self.src} -> {self.dst}"
 
     def __repr__(self) -> str:

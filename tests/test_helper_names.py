@@ -59,6 +59,7 @@ def tail_loop_trace() -> Trace:
         Branch(UNSEEN_CALLER, bpf("stage2", 0, STAGE2), "unseen"),
         Branch(stage2, RND, "call"),
         Branch(RND, stage2, "ret"),
+        Branch(bpf("stage2", 0, STAGE2), UNSEEN_CALLER, "ret"),
     ]
     return Trace(targets=["prog:name:entry"], hits=[Hit("prog:name:entry", branches=branches)])
 
@@ -87,6 +88,9 @@ def test_a_tail_call_reads_as_one_and_counts_as_a_call() -> None:
     t = tail_loop_trace()
     assert "\nentry -> stage2+0x0 (tail call)\n" in str(t)
     assert "(unseen caller) -> stage2" not in str(t)
+    # Its return goes where entry was called from: not an unseen caller.
+    assert str(t).endswith("\nstage2+0x0 -> the caller of entry (end of the tail call)"), str(t)
+    assert "(unseen caller)" not in str(t)
     assert t.called("stage2", by="entry")
     assert not t.called("stage2", by="loop_cb")
 

@@ -19,8 +19,11 @@ struct {
 SEC("struct_ops/lbr_init")
 void BPF_PROG(lbr_init, struct sock *sk)
 {
-	__sync_fetch_and_add(&g.inits, 1);
-	bpf_printk("lbr_reno: init, tgid=%u", bpf_get_current_pid_tgid() >> 32);
+	/* No bpf_get_current_pid_tgid: 6.1 does not give it to tcp_ca programs
+	 * ("unknown func bpf_get_current_pid_tgid#14" at load, 6.1 guest). */
+	__u64 n = __sync_fetch_and_add(&g.inits, 1) + 1;
+
+	bpf_printk("lbr_reno: init #%llu", n);
 }
 
 SEC("struct_ops/lbr_ssthresh")

@@ -58,9 +58,8 @@ def test_bpf_congestion_control_runs_for_our_socket(bpf, lbr, built):
 
     assert inits >= 1 and avoids >= 1, (inits, avoids)
     text = str(trace)
-    print(called_table(trace, "lbr_init", ("bpf_get_current_pid_tgid", "bpf_printk")))
+    print(called_table(trace, "lbr_init", ("bpf_printk",)))
     print(called_table(trace, "lbr_cong_avoid", ("tcp_reno_cong_avoid",)))
-    assert trace.called("bpf_get_current_pid_tgid", by="lbr_init"), text
     assert trace.called("bpf_printk", by="lbr_init"), text
     assert trace.called("tcp_reno_cong_avoid", by="lbr_cong_avoid"), text
     assert "(unseen caller)" not in text, text
