@@ -206,8 +206,8 @@ class Branch:
         if prog is not None and self.src.symbol == prog.program and prog.tail_called_by:
             # A tail-called program returns where the program that tail-called was
             # called from: known, not unseen, though its address is not recorded.
-            callers = "|".join(prog.tail_called_by)
-            return f"{self.src} -> the caller of {callers} (end of the tail call)"
+            returns_to = "|".join(prog.tail_called_by)
+            return f"{self.src} -> the caller of {returns_to} (end of the tail call)"
         return f"{self.src} -> {self.dst}"
 
     def __repr__(self) -> str:
