@@ -48,6 +48,7 @@ from pytest_lbr.libbpf import (
     BpfTcHook,
     BpfTcOpts,
     BpfXdpQueryOpts,
+    bpf_iter_attach_opts,
     bpf_link_info,
     bpf_test_run_opts,
     check_int,
@@ -102,6 +103,7 @@ PERF_EVENTS = {
     "instructions": (0, 1),
 }
 _STRUCT_OPS_MAP = 26  # uapi enum bpf_map_type: BPF_MAP_TYPE_STRUCT_OPS
+_SYSCALL_PROG = 31  # uapi enum bpf_prog_type: BPF_PROG_TYPE_SYSCALL
 _PERF_FREQ = 1 << 10  # perf_event_attr.freq: sample_period is a frequency
 _PERMISSION = (errno.EPERM, errno.EACCES)
 _ROOT_HINT = "attaching needs root (CAP_BPF with CAP_NET_ADMIN or CAP_PERFMON, or CAP_SYS_ADMIN)"
@@ -390,8 +392,16 @@ class Program:
 
         `data` is the packet (XDP and skb programs need at least an Ethernet
         header: 14 bytes); `ctx` the context (e.g. `struct xdp_md` or, for
-        raw tracepoints, the arguments), as bytes or a ctypes structure.
+        raw tracepoints, the arguments), as bytes or a ctypes structure. A
+        `SEC("syscall")` program takes only `ctx`, runs once, and hands back the
+        context as it left it (`RunResult.ctx`).
         """
+        syscall = self._type_id == _SYSCALL_PROG
+        if syscall and (data or repeat != 1):
+            raise ValueError(
+                f"{self.name} is a syscall program: it runs once on a ctx (run(ctx=...)), "
+                "with no data and no repeat"
+            )
         data = bytes(data)
         opts = bpf_test_run_opts(sz=ctypes.sizeof(bpf_test_run_opts))
         data_in = ctypes.create_string_buffer(data, max(len(data), 1))
@@ -408,14 +418,21 @@ class Program:
             ctx_out = ctypes.create_string_buffer(len(raw))
             opts.ctx_in = ctypes.addressof(ctx_in)
             opts.ctx_size_in = len(raw)
-            opts.ctx_out = ctypes.addressof(ctx_out)
-            opts.ctx_size_out = len(raw)
-        opts.repeat = repeat
+            if syscall:  # the kernel writes the context back into ctx_in
+                ctx_out = ctx_in
+            else:
+                opts.ctx_out = ctypes.addressof(ctx_out)
+                opts.ctx_size_out = len(raw)
+        # bpf_prog_test_run_syscall() refuses any repeat (net/bpf/test_run.c).
+        opts.repeat = 0 if syscall else repeat
         check_int(
             lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), f"test run of {self.name}"
         )
         out = data_out.raw[: opts.data_size_out] if data else b""
-        ctx_bytes = ctx_out.raw[: opts.ctx_size_out] if ctx_out is not None else None
+        if syscall and ctx_out is not None:
+            ctx_bytes: bytes | None = ctx_out.raw
+        else:
+            ctx_bytes = ctx_out.raw[: opts.ctx_size_out] if ctx_out is not None else None
         return RunResult(retval=opts.retval, data=out, duration_ns=opts.duration, ctx=ctx_bytes)
 
     def attach(self) -> Link:
@@ -434,12 +451,14 @@ class Program:
         name = lib.bpf_program__section_name(self._ptr)
         return name.decode() if name else ""
 
-    def iterate(self) -> bytes:
+    def iterate(self, map: Map | None = None) -> bytes:  # noqa: A002 -- libbpf's word
         """Run an iterator program (`SEC("iter/task")`, `SEC("iter/bpf_map")`, ...) once
         over everything it iterates; what it wrote (`BPF_SEQ_PRINTF`, `bpf_seq_write`),
         as `cat` of its pinned file would print it. It runs in this thread, in the
         read(2)s of an iterator made (`bpf_program__attach_iter`) and destroyed per call.
-        AttachError (one line) when it is not an iterator or the kernel refuses it.
+        `map`: the map whose elements a `SEC("iter/bpf_map_elem")` (or
+        `iter/sk_storage_map`) program walks. AttachError (one line) when it is not an
+        iterator or the kernel refuses it.
         """
         self._obj._check_open(f"program {self.name}")
         section = self.section
@@ -451,11 +470,26 @@ class Program:
                 '(SEC("iter/task") or another SEC("iter/...") makes one)',
             )
         what = f'cannot iterate {self.name} (SEC("{section}"))'
+        opts = None
+        if map is not None:
+            # union bpf_iter_link_info { struct { __u32 map_fd; } map; ... } (16 bytes
+            # with its cgroup member, Linux >= 6.1; the kernel takes a shorter one).
+            info = (ctypes.c_uint32 * 4)(map.fd)
+            opts = bpf_iter_attach_opts(
+                sz=ctypes.sizeof(bpf_iter_attach_opts),
+                link_info=ctypes.addressof(info),
+                link_info_len=ctypes.sizeof(info),
+            )
         with libbpf_messages() as log:
-            link = lib.bpf_program__attach_iter(self._ptr, None)
+            link = lib.bpf_program__attach_iter(
+                self._ptr, None if opts is None else ctypes.byref(opts)
+            )
             err = ctypes.get_errno() or errno.EINVAL
         if not link:
-            raise AttachError(err, what, _ITER_HINTS.get(err, "") or _last(log))
+            hint = _ITER_HINTS.get(err, "") or _last(log)
+            if err == errno.EBADF and map is None:
+                hint = "a map element iterator needs its map: prog.iterate(map=obj.maps[NAME])"
+            raise AttachError(err, what, hint)
         chunks: list[bytes] = []
         try:
             fd = lib.bpf_iter_create(lib.bpf_link__fd(link))

@@ -46,6 +46,7 @@ __all__ = [
     "bpf_link_info",
     "bpf_prog_info",
     "check_int",
+    "bpf_iter_attach_opts",
     "bpf_test_run_opts",
     "check_ptr",
     "libbpf_messages",
@@ -455,6 +456,12 @@ def prog_info(fd: int, **arrays: tuple[str, int, Any]) -> tuple[bpf_prog_info, d
         "bpf_obj_get_info_by_fd",
     )
     return info, bufs
+
+
+class bpf_iter_attach_opts(Structure):  # noqa: N801 -- libbpf name
+    """`struct bpf_iter_attach_opts` from libbpf's libbpf.h."""
+
+    _fields_ = [("sz", c_size_t), ("link_info", c_void_p), ("link_info_len", c_uint32)]
 
 
 class bpf_test_run_opts(Structure):  # noqa: N801 -- libbpf name
