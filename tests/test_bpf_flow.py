@@ -98,3 +98,25 @@ def test_runs_with_no_branch_say_why() -> None:
         "implied by a recorded one",
     ]
     assert empty_runs_note([full], [spec]) == []
+
+
+def test_return_values_read_as_the_programs_c_type() -> None:
+    from pytest_lbr.capture.implied import ProgramFlow, void_returns
+    from pytest_lbr.model import Hit
+
+    flows = {
+        "prog:name:deny": ProgramFlow({}, {}, {}, (4, True)),  # int: -EACCES
+        "prog:name:init": ProgramFlow({}, {}, {}, (0, False)),  # void
+        "prog:name:count": ProgramFlow({}, {}, {}, (4, False)),  # u32
+        "prog:name:other": None,
+    }
+    hits = [
+        Hit("prog:name:deny", retval=4294967283),
+        Hit("prog:name:deny", retval=0),
+        Hit("prog:name:init", retval=24),
+        Hit("prog:name:count", retval=4294967283),
+        Hit("prog:name:other", retval=4294967283),
+    ]
+    notes = void_returns(hits, flows)
+    assert [h.retval for h in hits] == [-13, 0, None, 4294967283, 4294967283]
+    assert notes == ["prog:name:init returns void: its runs have no return value"]

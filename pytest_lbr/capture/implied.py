@@ -44,9 +44,11 @@ class ProgramFlow:
     #: Translated call index -> (JIT return address, target address, target name),
     #: for the calls of functions the function tracer cannot patch.
     unrecordable: dict[int, tuple[int, int, str]]
-    #: Its main function returns void (a struct_ops callback such as a congestion
-    #: control's `init`): what its fexit reads as a return value is a stale register.
-    returns_void: bool = False
+    #: What its main function returns (`Btf.return_type`): (0, False) void (a
+    #: struct_ops callback such as a congestion control's `init`: what its fexit
+    #: reads is a stale register); (4, True) an `int`, whose -EACCES the fexit reads
+    #: as 4294967283; None unknown.
+    returns: tuple[int, bool] | None = None
 
 
 def program_flow(
@@ -71,10 +73,10 @@ def program_flow(
         start, image = jited_image(fd)
     except (BpfError, OSError):
         return None
-    void = False
+    returns = None
     if details.func_types:
         with Btf(details.btf_id) as btf:
-            void = bool(btf.returns_void(details.func_types[0]))
+            returns = btf.return_type(details.func_types[0])
     call_base = syms.address_of("__bpf_call_base")
     if not functions or not xlated or call_base is None:
         return None
@@ -91,7 +93,7 @@ def program_flow(
         if sym is not None and sym.offset == 0 and sym.module is None and not traceable(sym.name):
             unrecordable[k] = (ret, target, sym.name)
     sites = {ret: k for k, (ret, _) in zip(index, calls, strict=True)}
-    return ProgramFlow(sites, call_dominators(xlated), unrecordable, void)
+    return ProgramFlow(sites, call_dominators(xlated), unrecordable, returns)
 
 
 def add_implied(hit: Hit, flow: ProgramFlow) -> None:
@@ -154,15 +156,21 @@ def empty_runs_note(hits: list[Hit], programs: list[str]) -> list[str]:
 
 
 def void_returns(hits: list[Hit], flows: dict[str, ProgramFlow | None]) -> list[str]:
-    """Clear the return values of runs of programs that return void, and say so:
-    one note per such program traced."""
+    """Read return values as the program's C type gives them: none for a program that
+    returns void (one note per such program traced), a signed `int` sign-extended."""
     notes = []
     for spec, flow in flows.items():
-        if flow is None or not flow.returns_void:
+        if flow is None or flow.returns is None:
             continue
+        size, signed = flow.returns
         runs = [h for h in hits if h.target == spec]
         for h in runs:
-            h.retval = None
-        if runs:
+            if size == 0:
+                h.retval = None
+            elif h.retval is not None and signed and size < 8:
+                bits = size * 8
+                v = h.retval & ((1 << bits) - 1)
+                h.retval = v - (1 << bits) if v >> (bits - 1) else v
+        if runs and size == 0:
             notes.append(f"{spec} returns void: its runs have no return value")
     return notes

@@ -120,6 +120,10 @@ def program_details(fd: int, *, lines: bool = False) -> ProgramDetails:
     return out
 
 
+_BTF_KIND_INT = 1
+_BTF_INT_SIGNED = 1
+
+
 class Btf:
     """A kernel BTF object (a program's, by id) for name lookups; a context manager.
 
@@ -144,16 +148,28 @@ class Btf:
         t = lib.btf__type_by_id(self._btf, type_id)
         return self.string(btf_type.from_address(t).name_off) if t else None
 
-    def returns_void(self, func_type_id: int) -> bool | None:
-        """Whether function `func_type_id` (a BTF FUNC) returns void: its FUNC_PROTO's
-        return type is 0. None where the types cannot be read."""
+    def return_type(self, func_type_id: int) -> tuple[int, bool] | None:
+        """What function `func_type_id` (a BTF FUNC) returns: (size in bytes, signed)
+        for an integer, (0, False) for void; None where the types cannot be read or
+        it returns something else (a pointer)."""
+        from pytest_lbr.kernel.kernel_btf import _resolve
+
         if not self._btf:
             return None
         func = lib.btf__type_by_id(self._btf, func_type_id)
         proto = lib.btf__type_by_id(self._btf, btf_type.from_address(func).size) if func else None
         if not proto:
             return None
-        return btf_type.from_address(proto).size == 0
+        ret = btf_type.from_address(proto).size  # FUNC_PROTO's `type`: the return type
+        if ret == 0:
+            return 0, False
+        found = _resolve(self._btf, ret)
+        if found is None or (found[1].info >> 24) & 0x1F != _BTF_KIND_INT:
+            return None
+        t = found[1]
+        # BTF_KIND_INT is followed by a u32 whose bits 24-27 are its encoding.
+        encoding = ctypes.c_uint32.from_address(lib.btf__type_by_id(self._btf, found[0]) + 12)
+        return t.size, bool((encoding.value >> 24) & _BTF_INT_SIGNED)
 
     def close(self) -> None:
         """Free the BTF object (idempotent)."""
