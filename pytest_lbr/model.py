@@ -21,6 +21,7 @@ __all__ = [
     "FRAME_KINDS",
     "HELPER_FATES",
     "UNSEEN_CALLER",
+    "EXCEPTION_ENTRY",
     "Branch",
     "HelperCall",
     "InlineFrame",
@@ -59,6 +60,7 @@ _CALLED_KINDS = (*CALL_KINDS, "implied")
 #: The kinds that open a frame of a call tree (a "ret" closes it).
 FRAME_KINDS = (*CALL_KINDS, "unseen")
 _UNSEEN = "(unseen caller)"
+_EXCEPTION = "(exception)"
 #: What the verifier made of a helper call the BPF C wrote: still a "call" of
 #: the helper's implementation; "rewritten" into a call of a map type's own
 #: function; "inlined" (no call left); "tail call"; "unknown" where this
@@ -136,8 +138,8 @@ class Location:
         """`symbol+0xoff`, or the bare hex address when the symbol is unknown."""
         if self.symbol is None:
             return f"{self.addr:#x}"
-        if self.symbol == _UNSEEN:
-            return _UNSEEN
+        if self.symbol in (_UNSEEN, _EXCEPTION):
+            return self.symbol
         return f"{self.symbol}+{self.offset:#x}"
 
     @property
@@ -174,6 +176,9 @@ class Location:
 
 #: The source of an "unseen" branch: a caller the tracer did not record.
 UNSEEN_CALLER = Location(0, _UNSEEN)
+#: The source of an "unseen" branch into an exception handler (x86's exc_page_fault):
+#: the CPU entered it on a fault, from no call instruction.
+EXCEPTION_ENTRY = Location(0, _EXCEPTION)
 
 
 @dataclass(frozen=True)
@@ -444,7 +449,7 @@ def _match(name: str | None, pattern: str) -> bool:
 def _locations(branches: Iterable[Branch]) -> Iterator[Location]:
     for b in branches:
         for loc in (b.src, b.dst):
-            if loc.symbol and loc != UNSEEN_CALLER:
+            if loc.symbol and loc not in (UNSEEN_CALLER, EXCEPTION_ENTRY):
                 yield loc
 
 

@@ -140,7 +140,9 @@ def call_tree(hit: dict[str, Any]) -> Node:
                 root.children.append(caller)
                 stack.append(caller)
             name = dst_sym or "?"
-            node = Node(f"{name} (unseen caller)" if kind == "unseen" else name)
+            if kind == "unseen":  # its source says how: "(unseen caller)", "(exception)"
+                name = f"{name} {src_sym or '(unseen caller)'}"
+            node = Node(name)
             stack[-1].children.append(node)
             stack.append(node)
         elif kind == "ret" and len(stack) > 2:

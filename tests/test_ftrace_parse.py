@@ -707,3 +707,24 @@ def test_a_helper_two_programs_call_is_the_run_whose_return_comes_first() -> Non
     assert runs, str(Trace(hits=hits))
     text = str(Trace(hits=runs[:1]))
     assert "bpf_sock_map_update" in text and "-> bpf_trace_printk+0x0" in text, text
+
+
+def test_an_exception_handler_is_entered_by_the_cpu_not_by_an_unseen_caller() -> None:
+    # 6.12 guest: bpf_get_stack walking a user stack faulted; exc_page_fault is noinstr,
+    # so only its callee names it ("do_user_addr_fault <-exc_page_fault").
+    base = FunctionRecord(
+        288, 1, 1000, False, "bpf_get_stack", 0xFFFFFFFF8D0C3000, "bpf_prog_0123456789abcdef_p",
+        0x82, 0xFFFFFFFFC0100082, 288, "python3",
+    )  # fmt: skip
+    fault = FunctionRecord(
+        288, 1, 1010, False, "do_user_addr_fault", 0xFFFFFFFF8C8A0000, "exc_page_fault",
+        0x5A, 0xFFFFFFFF8D5C005A, 288, "python3",
+    )  # fmt: skip
+    target = parse_target("prog:name:p")
+    hits = build_hits(
+        [target], [lambda f, a: f.endswith("_p")], {}, {}, [base, fault], site_of=_NoSites()
+    )
+    text = str(Trace(hits=hits))
+    assert "(exception) -> exc_page_fault+0x0" in text, text
+    assert "(unseen caller)" not in text, text
+    assert "(exception)" not in Trace(hits=hits).functions()

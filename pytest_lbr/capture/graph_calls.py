@@ -19,6 +19,7 @@ __all__ = [
     "SiteFinder",
     "called_by_program",
     "calling_frame",
+    "is_exception_handler",
     "unseen_frame",
     "BPF_SYMBOL_RE",
     "Frame",
@@ -60,6 +61,18 @@ class Step:
     frame: Frame | None
     stack: list[Frame] = field(default_factory=list)
     record: FunctionRecord | EventRecord | None = None
+
+
+#: Exception handlers entered by the CPU, not called: x86-64's idtentry C handlers
+#: (arch/x86/include/asm/idtentry.h: exc_page_fault, exc_int3, ...; noinstr, so a
+#: page fault in bpf_get_stack's user-stack walk shows only as the parent of
+#: do_user_addr_fault, 6.12 guest) and arm64's (arch/arm64/kernel/entry-common.c).
+_EXCEPTION_HANDLER = re.compile(r"^(?:exc_|el1h_64_sync_handler$|el0t_64_sync_handler$)")
+
+
+def is_exception_handler(func: str) -> bool:
+    """Whether `func` is an exception handler the CPU enters (no call made it)."""
+    return _EXCEPTION_HANDLER.match(func) is not None
 
 
 class SiteFinder(Protocol):
@@ -220,7 +233,9 @@ def reconstruct(
                     if stack
                     else (None, [unseen_frame(rec, None, None)])
                 )
-                if caller is None and bpf is None:
+                if caller is None and is_exception_handler(rec.parent):
+                    caller = len(stack) - 1 if stack else None  # it faulted where it ran
+                elif caller is None and bpf is None:
                     caller = mentions.innermost_running(stack, index)
                 elif caller is None:
                     caller = bpf

@@ -28,12 +28,14 @@ from pytest_lbr.capture.graph_calls import (
     calling_frame,
     innermost,
     innermost_call,
+    is_exception_handler,
     reconstruct,
+    unseen_frame,
 )
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
 from pytest_lbr.capture.graph_trampoline import trampoline_frame, without_exit_hooks
 from pytest_lbr.capture.records import RawHit
-from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Location
+from pytest_lbr.model import EXCEPTION_ENTRY, UNSEEN_CALLER, Branch, Hit, Location
 from pytest_lbr.noise import PROBE_HANDLERS, TRACER_PROGRAMS
 from pytest_lbr.targets import Target
 
@@ -611,7 +613,10 @@ def _program_runs(
                 entered: list[Frame] = []
                 if inner:  # from the top: the tracer records no returns
                     caller, entered = calling_frame(rec, inner, len(inner) - 1, site_of)
-                if caller is None:
+                if caller is None and is_exception_handler(parent):
+                    caller = len(inner) - 1 if inner else None  # it faulted where it ran
+                    entered = [unseen_frame(rec, None, None)]
+                elif caller is None:
                     # No frame's code calls it: the program's may, else it stays
                     # under the running one, its caller unknown.
                     by_program = called_by_program(rec, site, starts, site_of)
@@ -779,10 +784,12 @@ def _branch(
     `site_addr` None: entered unseen, its caller unknown."""
     entry = Location(addr, func, 0)
     if site_addr is None:
-        # Entered unseen: an explicit frame whose caller is unknown.
+        # Entered unseen: an explicit frame whose caller is unknown, or an exception
+        # handler the CPU entered (noinstr, so only its callees name it).
+        source = EXCEPTION_ENTRY if is_exception_handler(func) else UNSEEN_CALLER
         if call:
-            return Branch(UNSEEN_CALLER, entry, "unseen")
-        return Branch(entry, UNSEEN_CALLER, "ret")
+            return Branch(source, entry, "unseen")
+        return Branch(entry, source, "ret")
     where = Location(site_addr, site, site_off)
     if call:
         return Branch(where, entry, "call")
