@@ -1,11 +1,13 @@
 """What proves a conformance program ran, from the program's own output: its ring
-buffer's records, the lines its bpf_printk wrote to the kernel's trace buffer, a
-.bss variable it counts in; and a table of the helper calls a trace saw.
+buffer's records, its perf event array's records, the lines its bpf_printk wrote to
+the kernel's trace buffer, the global variables it counts in (read, and set before a
+run, by name); and a table of the helper calls a trace saw.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import errno
 import re
 from collections.abc import Iterable
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from pytest_lbr.bpf import BpfObject, Map
 from pytest_lbr.kernel.tracefs import find_tracefs
 from pytest_lbr.libbpf import BpfError, check_int, lib
-from pytest_lbr.model import Trace
+from pytest_lbr.model import UNSEEN_CALLER, Trace
 
 _SAMPLE = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)
 
@@ -86,3 +88,131 @@ def called_table(trace: Trace, by: str, names: Iterable[str]) -> str:
         seen = "called" if trace.called(name, by=by) else "NOT SEEN"
         rows.append(f"  {name:<28} {seen}")
     return f"trace.called(NAME, by={by!r}):\n" + "\n".join(rows)
+
+
+def lost_program_calls(trace: Trace) -> list[str]:
+    """The trace's lines that lose a program's own call: a function the program's
+    code calls, entered from an unseen caller. (Deeper in the kernel, a call three
+    or more notrace functions down can still have an unseen caller: 6.12's
+    bpf_selem_alloc reaching irq_work_queue; the trace says so, and that loses no
+    call of the program.)"""
+    lost = []
+    for hit in trace.hits:
+        called = {
+            c.function
+            for b in hit.branches
+            for loc in (b.src, b.dst)
+            if loc.program is not None
+            for c in loc.program.calls
+            if c.function
+        }
+        lost += [
+            str(b)
+            for b in hit.branches
+            if b.kind == "unseen" and b.src == UNSEEN_CALLER and b.dst.symbol in called
+        ]
+    return lost
+
+
+def global_vars(obj: BpfObject, section: str = ".bss") -> dict[str, bytes]:
+    """Every global variable of a global-data section (".bss", ".data") of `obj` by its
+    C name, as the kernel holds it now: the section map's value cut where the object's
+    ELF symbol table puts each variable (what a skeleton's `skel->bss->name` reads)."""
+    value = section_map(obj, section)[0]
+    return {name: value[offset : offset + size] for name, (offset, size) in _symbols(obj, section)}
+
+
+def set_global(obj: BpfObject, name: str, value: int | bytes) -> None:
+    """Write one global variable of `obj`'s .bss (`skel->bss->name = value`): an int
+    is packed little-endian to the variable's size; the others keep their values."""
+    where = dict(_symbols(obj, ".bss"))
+    assert name in where, f"no .bss variable {name!r} in {obj.path.name}: it has {sorted(where)}"
+    offset, size = where[name]
+    raw = value.to_bytes(size, "little", signed=value < 0) if isinstance(value, int) else value
+    assert len(raw) == size, (name, size, raw)
+    bss = section_map(obj, ".bss")
+    old = bss[0]
+    bss.update(0, old[:offset] + raw + old[offset + size :])
+
+
+def _symbols(obj: BpfObject, section: str) -> list[tuple[str, tuple[int, int]]]:
+    """(name, (offset, size)) of the variables the object file defines in `section`."""
+    from elftools.elf.elffile import ELFFile
+
+    with obj.path.open("rb") as f:
+        elf = ELFFile(f)
+        index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == section)
+        symtab = elf.get_section_by_name(".symtab")
+        return [
+            (sym.name, (sym["st_value"], sym["st_size"]))
+            for sym in symtab.iter_symbols()
+            if sym["st_info"]["type"] == "STT_OBJECT" and sym["st_shndx"] == index
+        ]
+
+
+_PERF_SAMPLE = CFUNCTYPE(None, c_void_p, c_int, c_void_p, ctypes.c_uint32)
+_PERF_LOST = CFUNCTYPE(None, c_void_p, c_int, ctypes.c_uint64)
+
+
+class PerfBuffer:
+    """The records a program sends with bpf_perf_event_output to a
+    BPF_MAP_TYPE_PERF_EVENT_ARRAY map, through libbpf's perf_buffer (one perf event
+    per CPU, opened when this is made: open it before the work, read it after).
+
+        with PerfBuffer(obj.maps["events"]) as events:
+            ...work...
+        events.records  # bytes of each record, in the order consumed; events.lost
+    """
+
+    def __init__(self, events: Map, pages: int = 8) -> None:
+        self.records: list[bytes] = []
+        self.lost = 0
+        self._sample = _PERF_SAMPLE(self._on_sample)  # referenced until perf_buffer__free
+        self._lost = _PERF_LOST(self._on_lost)
+        self._lib = ctypes.CDLL(ctypes.util.find_library("bpf") or "libbpf.so.1", use_errno=True)
+        self._lib.perf_buffer__new.restype = c_void_p
+        self._lib.perf_buffer__new.argtypes = [
+            c_int,
+            c_size_t,
+            _PERF_SAMPLE,
+            _PERF_LOST,
+            c_void_p,
+            c_void_p,
+        ]
+        self._lib.perf_buffer__consume.argtypes = [c_void_p]
+        self._lib.perf_buffer__free.argtypes = [c_void_p]
+        self._lib.perf_buffer__free.restype = None
+        self._pb = self._lib.perf_buffer__new(
+            events.fd, pages, self._sample, self._lost, None, None
+        )
+        if not self._pb:
+            err = ctypes.get_errno() or errno.EINVAL
+            raise BpfError(err, f"perf_buffer__new of map {events.name}")
+        self._name = events.name
+
+    def _on_sample(self, _ctx: int | None, _cpu: int, data: int | None, size: int) -> None:
+        self.records.append(ctypes.string_at(data, size) if data else b"")
+
+    def _on_lost(self, _ctx: int | None, _cpu: int, count: int) -> None:
+        self.lost += count
+
+    def consume(self) -> list[bytes]:
+        """Read every record waiting on every CPU; all records read so far."""
+        if self._pb:
+            check_int(
+                self._lib.perf_buffer__consume(self._pb), f"perf_buffer__consume of {self._name}"
+            )
+        return self.records
+
+    def close(self) -> None:
+        """Read what is left, then close the perf events (idempotent)."""
+        if self._pb:
+            self.consume()
+            self._lib.perf_buffer__free(self._pb)
+            self._pb = None
+
+    def __enter__(self) -> PerfBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,79 @@
+"""lsm.bpf.c: a BPF LSM program on the file_open hook (SEC("lsm/file_open")) that
+denies this process the opening of files named "lsm-deny-*" with -EPERM; the file
+name read with BPF_CORE_READ and bpf_probe_read_kernel_str, opens and denials
+counted in a hash map value under a bpf_spin_lock, and a bpf_printk line.
+
+BPF LSM programs run only where the kernel started the "bpf" LSM (CONFIG_LSM, or
+`lsm=` on the command line): /sys/kernel/security/lsm lists it, else the test skips
+saying what that file lists (in a guest, `pytest-lbr vm --append "lsm=...,bpf"`).
+
+The test opens a file it may open and one it may not, while tracing the program:
+the PermissionError user space gets, the counters and the printk lines prove the
+program ran and decided; the trace has to show every helper by the name the C
+source wrote.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.evidence import called_table, printk_lines, set_global
+
+PROG = "deny_open"
+LSM_LIST = Path("/sys/kernel/security/lsm")
+HELPERS = (
+    "bpf_get_current_pid_tgid",
+    "BPF_CORE_READ",
+    "bpf_probe_read_kernel_str",
+    "bpf_map_lookup_elem",
+    "bpf_spin_lock",
+    "bpf_spin_unlock",
+    "bpf_printk",
+)
+
+
+@pytest.mark.allow_skip  # a kernel started without the bpf LSM runs no LSM program
+@pytest.mark.program_type("lsm")
+def test_lsm_program_denies_our_open(bpf, lbr, built, tmp_path):
+    active = LSM_LIST.read_text().strip() if LSM_LIST.exists() else "(no such file)"
+    if "bpf" not in active.split(","):
+        pytest.skip(f"the bpf LSM is not active: {LSM_LIST} lists {active!r}")
+    obj = bpf.load(built("lsm"))
+    prog = obj.programs[PROG]
+    pid = os.getpid()
+    set_global(obj, "target_tgid", pid)
+    obj.maps["counters"].update(0, bytes(12))  # struct counts: lock, opens, denied
+    allowed, denied = tmp_path / "lsm-allow-me", tmp_path / "lsm-deny-me"
+    allowed.write_bytes(b"ok")
+    denied.write_bytes(b"secret")
+
+    with prog.attach():  # SEC("lsm/file_open")
+        with lbr.trace(prog) as trace:
+            assert allowed.read_bytes() == b"ok"
+            with pytest.raises(PermissionError) as refused:
+                denied.read_bytes()
+    assert refused.value.errno == errno.EPERM
+
+    # Both opens counted (and any the tracer made while the program was attached).
+    _lock, opens, denials = struct.unpack("<III", obj.maps["counters"][0])
+    assert opens >= 2 and denials == 1, (opens, denials)
+    printed = [line.message for line in printk_lines() if line.tid == pid]
+    assert "lsm file_open: lsm-allow-me allowed" in printed, printed
+    assert "lsm file_open: lsm-deny-me denied" in printed, printed
+
+    text = str(trace)
+    assert len([h for h in trace.hits if h.pid == pid]) >= 2, text
+    print(called_table(trace, PROG, HELPERS))  # shown with a failure
+    assert trace.called("bpf_get_current_pid_tgid", by="deny_open"), text
+    assert trace.called("BPF_CORE_READ", by="deny_open"), text
+    assert trace.called("bpf_probe_read_kernel_str", by="deny_open"), text
+    assert trace.called("bpf_map_lookup_elem", by="deny_open"), text
+    assert trace.called("bpf_spin_lock", by="deny_open"), text
+    assert trace.called("bpf_spin_unlock", by="deny_open"), text
+    assert trace.called("bpf_printk", by="deny_open"), text
+    assert "(unseen caller)" not in text, text
