@@ -52,7 +52,6 @@ from pytest_lbr.libbpf import (
     bpf_link_info,
     bpf_test_run_opts,
     check_int,
-    check_ptr,
     lib,
     libbpf_messages,
     prog_info,
@@ -93,6 +92,19 @@ _CGROUP_TYPES = frozenset(
     {"cgroup_skb", "cgroup_sock", "cgroup_sock_addr", "sock_ops", "cgroup_device",
      "cgroup_sysctl", "cgroup_sockopt"}
 )  # fmt: skip
+#: How a program of each type that libbpf does not auto-attach is attached here.
+_ATTACH_WITH = {
+    **dict.fromkeys(_CGROUP_TYPES, "use prog.attach_cgroup(path)"),
+    "sk_msg": "use prog.attach_sockmap(map)",
+    "sk_skb": "use prog.attach_sockmap(map)",
+    "perf_event": "use prog.attach_perf_event()",
+    "xdp": "use prog.attach_xdp(interface)",
+    "sched_cls": "use prog.attach_tc(interface)",
+    "struct_ops": "register its map with obj.maps[NAME].attach_struct_ops()",
+    "syscall": "run it with prog.run(ctx=...)",
+    "sk_reuseport": "attach prog.fd to a socket of the group yourself "
+    "(setsockopt SO_ATTACH_REUSEPORT_EBPF)",
+}
 #: uapi enum bpf_attach_type values a sockmap program attaches with.
 _SOCKMAP_ATTACH = {4, 5, 7, 40}  # SK_SKB_STREAM_PARSER, _VERDICT, SK_MSG_VERDICT, SK_SKB_VERDICT
 #: `Program.attach_perf_event(event=...)`: (perf type, config), uapi linux/perf_event.h.
@@ -442,7 +454,20 @@ class Program:
         Programs that need an interface are attached with `attach_xdp` / `attach_tc`.
         """
         self._obj._check_open(f"program {self.name}")
-        ptr = check_ptr(lib.bpf_program__attach(self._ptr), f"attach {self.name}")
+        with libbpf_messages() as log:
+            ptr = lib.bpf_program__attach(self._ptr)
+            err = ctypes.get_errno() or errno.EINVAL
+        if not ptr and err == errno.EOPNOTSUPP and not log:
+            # libbpf has no auto-attach for this section (it says nothing then; a
+            # kernel's refusal of an auto-attach comes with libbpf's line).
+            how = _ATTACH_WITH.get(self.type, "attach it yourself with prog.fd")
+            raise AttachError(
+                err,
+                f"cannot attach {self.name}",
+                f'libbpf has no auto-attach for SEC("{self.section}"): {how}',
+            )
+        if not ptr:
+            raise BpfError(err, f"attach {self.name}")
         return self._keep(Link(self.name, ptr))
 
     @property
