@@ -19,7 +19,8 @@ import pytest
 
 from pytest_lbr.capture.graph import probe_graph
 from pytest_lbr.capture.graph_calls import BPF_SYMBOL_RE, reconstruct
-from pytest_lbr.capture.graph_hits import FTRACE_OWN_PARENTS, build_hits, descendants
+from pytest_lbr.capture.graph_hits import build_hits, descendants
+from pytest_lbr.capture.graph_own import FTRACE_OWN_PARENTS
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel import tracefs

@@ -74,13 +74,7 @@ from pytest_lbr.capture.graph_live import (
     settle,
 )
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
-from pytest_lbr.capture.implied import (
-    ProgramFlow,
-    add_implied,
-    empty_runs_note,
-    flow_of,
-    void_returns,
-)
+from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
 from pytest_lbr.kernel.machine import machine
@@ -482,12 +476,7 @@ class GraphCapture:
         if self._exits is not None and self._exits.lost:
             trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
         trace.hits = self._builder().build(kept, exits)
-        for hit in trace.hits:
-            flow = self._flows.get(hit.target)
-            if flow is not None:
-                add_implied(hit, flow)
-        trace.notes.extend(empty_runs_note(trace.hits, list(self._flows)))
-        trace.notes.extend(void_returns(trace.hits, self._flows))
+        trace.notes.extend(finish_runs(trace.hits, self._flows))
         return trace
 
     def close(self) -> None:

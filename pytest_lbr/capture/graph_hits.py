@@ -32,18 +32,18 @@ from pytest_lbr.capture.graph_calls import (
     reconstruct,
     unseen_frame,
 )
+from pytest_lbr.capture.graph_own import TracerOwn
 from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
 from pytest_lbr.capture.graph_trampoline import trampoline_frame, without_exit_hooks
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.model import EXCEPTION_ENTRY, UNSEEN_CALLER, Branch, Hit, Location
-from pytest_lbr.noise import PROBE_HANDLERS, TRACER_PROGRAMS
+from pytest_lbr.noise import PROBE_HANDLERS
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is read
     from pytest_lbr.symbols.elf import ElfFunctions
 
 __all__ = [
-    "FTRACE_OWN_PARENTS",
     "TRACE_CLOCK",
     "HitBuilder",
     "build_hits",
@@ -58,18 +58,6 @@ __all__ = [
 #: (read_hpet under TCG), is recorded with every record, nested anywhere; such
 #: records are ftrace's own. In a 6.1 guest they were 2,058 of a trace's 3,091.
 TRACE_CLOCK = "ktime_get_mono_fast_ns"
-
-#: The function tracer's own pid filter (kernel/trace/pid_list.c, since v5.17), which
-#: the sched_switch tracepoint runs through an indirect call when a traced thread
-#: is switched out, because the backend sets set_ftrace_pid. kernel/trace is built
-#: without -pg, so only its callees are recorded ("_raw_spin_lock_irqsave
-#: <-trace_pid_list_is_set", 6.1 and 6.12 guests): ftrace's work, as clock reads are.
-FTRACE_OWN_PARENTS = frozenset({"trace_pid_list_is_set"})
-#: Our own BPF programs (bpf/lbr_tracer.bpf.c: the fexit that reads a traced
-#: program's return value runs in its trampoline, right after it): their calls
-#: ("bpf_get_current_pid_tgid <-bpf_prog_<tag>_lbr_fexit", 6.12 guest) are the
-#: tracer's work, recorded when a traced program calls the same helper.
-_TRACER_PROGRAM = re.compile(rf"^bpf_prog_[0-9a-f]{{16}}_(?:{'|'.join(TRACER_PROGRAMS)})$")
 
 #: Interrupt entry and exit code that runs before the hardirq bit is set in
 #: preempt_count or after it is cleared: ftrace does not flag these records as
@@ -110,30 +98,6 @@ def _interrupt_edge(r: FunctionRecord) -> bool:
 def _interrupt_edge_parent(parent: str) -> bool:
     """`_IRQ_EDGE_PARENT`, asked once per name (it is asked for every record)."""
     return _IRQ_EDGE_PARENT.match(parent) is not None
-
-
-class _TracerOwn:
-    """Which records are the tracer's own work (ftrace's, `FTRACE_OWN_PARENTS`; our
-    programs', `_TRACER_PROGRAM`) or nested in it.
-
-    Records come depth first per thread: a record whose parent is not one dropped
-    since the last kept record of its context ends the dropped subtree.
-    """
-
-    def __init__(self) -> None:
-        self._open: dict[tuple[int, bool], set[str]] = {}
-
-    def dropped(self, r: FunctionRecord) -> bool:
-        """Whether `r` is the tracer's own work (remembered: its callees are too)."""
-        key = (r.tid, r.in_irq)
-        inside = self._open.get(key)
-        own = r.parent in FTRACE_OWN_PARENTS or bool(r.parent and _TRACER_PROGRAM.match(r.parent))
-        if own or (inside and r.parent in inside):
-            self._open.setdefault(key, set()).add(r.func)
-            return True
-        if inside:
-            del self._open[key]
-        return False
 
 
 def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRecord]) -> set[int]:
@@ -259,7 +223,7 @@ def build_hits(
     `irq_enter_rcu` is among the task's records) and `irq_exit_rcu` closes it.
     """
     forever = 1 << 63
-    tracer_own = _TracerOwn()
+    tracer_own = TracerOwn()
     by_context: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
     nested: dict[int, list[FunctionRecord | EventRecord]] = {}  # hardirqs on interrupt work
     spans: dict[int, list[list[int]]] = {}  # tid -> [start, end] of each such hardirq

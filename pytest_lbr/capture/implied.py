@@ -26,6 +26,7 @@ __all__ = [
     "ProgramFlow",
     "add_implied",
     "empty_runs_note",
+    "finish_runs",
     "flow_of",
     "program_flow",
     "void_returns",
@@ -174,3 +175,13 @@ def void_returns(hits: list[Hit], flows: dict[str, ProgramFlow | None]) -> list[
         if runs and size == 0:
             notes.append(f"{spec} returns void: its runs have no return value")
     return notes
+
+
+def finish_runs(hits: list[Hit], flows: dict[str, ProgramFlow | None]) -> list[str]:
+    """What the programs' code adds to their runs' hits (`flows`: program target ->
+    its flow): implied calls, return values as their C type reads, and the notes."""
+    for hit in hits:
+        flow = flows.get(hit.target)
+        if flow is not None:
+            add_implied(hit, flow)
+    return empty_runs_note(hits, list(flows)) + void_returns(hits, flows)
