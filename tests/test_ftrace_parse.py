@@ -729,3 +729,20 @@ def test_an_exception_handler_is_entered_by_the_cpu_not_by_an_unseen_caller() ->
     assert "(exception) -> exc_page_fault+0x0" in text, text
     assert "(unseen caller)" not in text, text
     assert "(exception)" not in Trace(hits=hits).functions()
+
+
+def test_only_the_tracers_own_programs_are_its_work() -> None:
+    # Our fexit hook's calls are the tracer's; the selftest's traced XDP program and a
+    # user's program named lbr_init are traced code (a glob on "lbr_*" took both).
+    from pytest_lbr.capture.graph_own import TracerOwn
+
+    def rec(tid: int, parent: str) -> FunctionRecord:
+        return FunctionRecord(
+            tid, 0, 1, False, "bpf_get_current_pid_tgid", 0xFFFFFFFF8D0C2F40, parent,
+            0x9C, 0xFFFFFFFFC0115070, tid, "python3",
+        )  # fmt: skip
+
+    own = TracerOwn()
+    assert own.dropped(rec(1, "bpf_prog_bfded171c29bf2b5_lbr_fexit"))
+    assert not own.dropped(rec(2, "bpf_prog_bfded171c29bf2b5_lbr_selftest"))
+    assert not own.dropped(rec(3, "bpf_prog_bfded171c29bf2b5_lbr_init"))
