@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from pytest_lbr.bpf_attach import NEWER_PROG_TYPES, FdLink, NetAttach, prepare_sections
 from pytest_lbr.bpf_links import (
     _L,
     _XDP_HINTS,
@@ -73,6 +74,7 @@ __all__ = [
     "BpfLoader",
     "BpfObject",
     "BpfObjectNotFound",
+    "FdLink",
     "Link",
     "Map",
     "NoLinkFd",
@@ -107,6 +109,11 @@ _ATTACH_WITH = {
     "perf_event": "use prog.attach_perf_event()",
     "xdp": "use prog.attach_xdp(interface)",
     "sched_cls": "use prog.attach_tc(interface)",
+    "tcx": "use prog.attach_tcx(interface)",  # by section: SEC("tcx/ingress")
+    "sk_lookup": "use prog.attach_netns(netns)",
+    "flow_dissector": "use prog.attach_netns(netns)",
+    "netfilter": "use prog.attach_netfilter(hook)",
+    "usdt": "use prog.attach_usdt(binary, provider, name)",  # by section: SEC("usdt")
     "struct_ops": "register its map with obj.maps[NAME].attach_struct_ops()",
     "syscall": "run it with prog.run(ctx=...)",
     "sk_reuseport": "attach prog.fd to a socket of the group yourself "
@@ -337,6 +344,7 @@ def _open_and_load(path: Path) -> int:
         err = ctypes.get_errno()
         if not ptr:
             raise BpfLoadError(err or errno.EINVAL, f"cannot open BPF object {shown}", "".join(log))
+        prepare_sections(ptr)  # SEC("netfilter"), SEC("tcx/ingress") with libbpf 1.1
         ret = lib.bpf_object__load(ptr)
         if ret < 0:
             lib.bpf_object__close(ptr)
@@ -344,8 +352,9 @@ def _open_and_load(path: Path) -> int:
     return int(ptr)
 
 
-class Program:
-    """One loaded BPF program of a `BpfObject`."""
+class Program(NetAttach):
+    """One loaded BPF program of a `BpfObject` (`NetAttach`: attach_tcx, attach_netns,
+    attach_netfilter)."""
 
     def __init__(self, obj: BpfObject, ptr: int) -> None:
         self._obj = obj  # keeps the object (and so the fd) alive
@@ -375,7 +384,7 @@ class Program:
     def type(self) -> str:
         """Program type as libbpf names it: "xdp", "kprobe", "tracing", ..."""
         name = lib.libbpf_bpf_prog_type_str(self._type_id)
-        return name.decode() if name else str(self._type_id)
+        return name.decode() if name else NEWER_PROG_TYPES.get(self._type_id, str(self._type_id))
 
     @property
     def object(self) -> BpfObject:
@@ -439,7 +448,8 @@ class Program:
         """Attach the program where its ELF section says (`SEC("tp/syscalls/...")`,
         `SEC("kprobe/...")`, `SEC("uprobe//path:fn")`, ...), as libbpf's auto-attach
         does. The link is destroyed by `Link.close()` or when the object closes.
-        Programs that need an interface are attached with `attach_xdp` / `attach_tc`.
+        Programs that need an interface, a namespace or a netfilter hook are attached with
+        `attach_xdp` / `attach_tc` / `attach_tcx`, `attach_netns`, `attach_netfilter`.
         """
         self._obj._check_open(f"program {self.name}")
         with libbpf_messages() as log:
@@ -448,7 +458,9 @@ class Program:
         if not ptr and err == errno.EOPNOTSUPP and not log:
             # libbpf has no auto-attach for this section (it says nothing then; a
             # kernel's refusal of an auto-attach comes with libbpf's line).
-            how = _ATTACH_WITH.get(self.type, "attach it yourself with prog.fd")
+            how = _ATTACH_WITH.get(self.section.partition("/")[0]) or _ATTACH_WITH.get(
+                self.type, "attach it yourself with prog.fd"
+            )
             raise AttachError(
                 err,
                 f"cannot attach {self.name}",
@@ -704,6 +716,22 @@ class Program:
         attach = lambda: _tc_attach(self.name, prog_fd, interface, netns, direction)  # noqa: E731
         ifname, ifindex, handle, priority = call_in(netns, attach)
         return self._keep(TcLink(self.name, ifname, ifindex, netns, direction, handle, priority))
+
+    def attach_usdt(
+        self,
+        binary: str | os.PathLike[str],
+        provider: str,
+        name: str,
+        pid: int | None = None,
+        *,
+        cookie: int = 0,
+    ) -> Link:
+        """Attach this `SEC("usdt")` program to USDT probe `provider:name` of `binary`
+        (`DTRACE_PROBE2(provider, name, ...)`), in process `pid` or every process running
+        it (None); `cookie` is what `bpf_usdt_cookie()` reads (`pytest_lbr.bpf_usdt`)."""
+        from pytest_lbr.bpf_usdt import attach_usdt
+
+        return attach_usdt(self, binary, provider, name, pid, cookie=cookie)
 
     def __repr__(self) -> str:
         return f"<Program {self.name} id={self.id} tag={self.tag} type={self.type}>"

@@ -32,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "BpfLinkCreateOpts",
+    "NetfilterLinkCreateAttr",
     "BpfTcHook",
     "BpfTcOpts",
     "BpfXdpQueryOpts",
@@ -54,6 +55,7 @@ __all__ = [
     "libbpf_version_problem",
     "lib",
     "prog_info",
+    "sys_bpf",
 ]
 
 BPF_TAG_SIZE = 8
@@ -255,6 +257,50 @@ class BpfLinkCreateOpts(Structure):
     _fields_ = [("sz", c_size_t), ("flags", c_uint32)]
 
 
+#: uapi enum bpf_prog_type / bpf_attach_type values libbpf 1.1 has no names for
+#: (pytest_lbr.bpf_attach: tcx and netfilter links).
+BPF_PROG_TYPE_SCHED_CLS = 3
+BPF_PROG_TYPE_NETFILTER = 32  # Linux >= 6.4
+BPF_NETFILTER = 45  # Linux >= 6.4
+BPF_TCX_INGRESS = 46  # Linux >= 6.6
+BPF_TCX_EGRESS = 47
+#: uapi enum bpf_cmd: BPF_LINK_CREATE.
+BPF_LINK_CREATE = 28
+#: __NR_bpf per machine (uname -m), for bpf(2) commands libbpf 1.1 cannot build.
+_NR_BPF = {"x86_64": 321, "aarch64": 280}
+
+
+class NetfilterLinkCreateAttr(Structure):
+    """`union bpf_attr`'s `link_create` for a netfilter link (uapi linux/bpf.h, Linux
+    >= 6.4): prog_fd, target_fd (0), attach_type (BPF_NETFILTER), flags (0), then the
+    `netfilter` member at offset 16: pf, hooknum, priority (signed), flags. 32 bytes;
+    the kernel takes a shorter `bpf_attr` and zeroes the rest. libbpf 1.1's
+    bpf_link_create has no netfilter options, so this goes to bpf(2) itself."""
+
+    _fields_ = [
+        ("prog_fd", c_uint32),
+        ("target_fd", c_uint32),
+        ("attach_type", c_uint32),
+        ("flags", c_uint32),
+        ("pf", c_uint32),
+        ("hooknum", c_uint32),
+        ("priority", ctypes.c_int32),
+        ("netfilter_flags", c_uint32),
+    ]
+
+
+def sys_bpf(cmd: int, attr: Structure) -> int:
+    """bpf(2) itself: `cmd` on `attr` (its size as the length). The result (an fd for
+    BPF_LINK_CREATE), or -errno."""
+    nr = _NR_BPF.get(os.uname().machine)
+    if nr is None:
+        return -errno.ENOSYS
+    syscall = _LIBC_ERRNO.syscall
+    ret = syscall(ctypes.c_long(nr), ctypes.c_int(cmd), ctypes.byref(attr),
+                  ctypes.c_uint(ctypes.sizeof(attr)))  # fmt: skip
+    return int(ret) if ret >= 0 else -(ctypes.get_errno() or errno.EINVAL)
+
+
 class BpfXdpQueryOpts(Structure):
     """struct bpf_xdp_query_opts (libbpf.h, 1.1 layout): outputs of bpf_xdp_query."""
 
@@ -346,6 +392,8 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_program__name", c_char_p, c_void_p)
     _proto(cdll, "bpf_program__fd", c_int, c_void_p)
     _proto(cdll, "bpf_program__type", c_int, c_void_p)
+    _proto(cdll, "bpf_program__set_type", c_int, c_void_p, c_int)
+    _proto(cdll, "bpf_program__set_expected_attach_type", c_int, c_void_p, c_int)
     _proto(cdll, "bpf_program__insns", c_void_p, c_void_p)
     _proto(cdll, "bpf_program__insn_cnt", c_size_t, c_void_p)
     _proto(cdll, "libbpf_bpf_prog_type_str", c_char_p, c_int)
@@ -388,6 +436,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_link__destroy", c_int, c_void_p)
     # cgroup, sockmap, struct_ops and perf-event attachment (pytest_lbr.bpf).
     _proto(cdll, "bpf_program__attach_cgroup", c_void_p, c_void_p, c_int)
+    _proto(cdll, "bpf_program__attach_netns", c_void_p, c_void_p, c_int)
     _proto(cdll, "bpf_program__attach_perf_event", c_void_p, c_void_p, c_int)
     _proto(cdll, "bpf_program__expected_attach_type", c_int, c_void_p)
     _proto(cdll, "bpf_map__attach_struct_ops", c_void_p, c_void_p)
@@ -520,6 +569,7 @@ def _on_print(level: int, fmt: bytes | None, args: int | None) -> int:
 
 
 _LIBC = _libc()
+_LIBC_ERRNO = ctypes.CDLL(None, use_errno=True)  # sys_bpf: syscall(2) with its errno
 _print_cb = _PRINT_FN(_on_print)
 
 

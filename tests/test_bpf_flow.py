@@ -101,13 +101,13 @@ def test_runs_with_no_branch_say_why() -> None:
 
 
 def test_return_values_read_as_the_programs_c_type() -> None:
-    from pytest_lbr.capture.implied import ProgramFlow, void_returns
+    from pytest_lbr.capture.implied import typed_returns
     from pytest_lbr.model import Hit
 
-    flows = {
-        "prog:name:deny": ProgramFlow({}, {}, {}, (4, True)),  # int: -EACCES
-        "prog:name:init": ProgramFlow({}, {}, {}, (0, False)),  # void
-        "prog:name:count": ProgramFlow({}, {}, {}, (4, False)),  # u32
+    returns = {
+        "prog:name:deny": (4, True),  # int: -EACCES
+        "prog:name:init": (0, False),  # void
+        "prog:name:count": (4, False),  # u32
         "prog:name:other": None,
     }
     hits = [
@@ -117,6 +117,6 @@ def test_return_values_read_as_the_programs_c_type() -> None:
         Hit("prog:name:count", retval=4294967283),
         Hit("prog:name:other", retval=4294967283),
     ]
-    notes = void_returns(hits, flows)
+    notes = typed_returns(hits, returns)
     assert [h.retval for h in hits] == [-13, 0, None, 4294967283, 4294967283]
     assert notes == ["prog:name:init returns void: its runs have no return value"]

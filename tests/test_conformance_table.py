@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_lbr.capture.lbr import NO_BRANCHES_NOTE
 from pytest_lbr.results import SessionRecord, TestResult, TraceRecord, append_record
 from tests.conformance import table
 
@@ -40,6 +41,28 @@ def test_a_row_per_program_type_and_a_column_per_kernel(tmp_path: Path) -> None:
         "| sk_msg | traced; no return value; N runs in interrupt context "
         "| traced; no return value; N runs in interrupt context |",
         "| tcx | skipped: tcx needs Linux 6.6 | traced; return values |",
+    ]
+
+
+def test_lbr_software_runs_get_their_own_columns_after_the_sessions(tmp_path: Path) -> None:
+    graph = TraceRecord(["prog:name:on_msg"], "graph", 3, 0, [], 3)
+    software = TraceRecord(["prog:name:on_msg"], "lbr", 3, 0, [NO_BRANCHES_NOTE], 3)
+    typed = {"program_type": "sk_msg"}
+    dirs = [
+        write(
+            tmp_path / k,
+            TestResult("t.py::a[session]", "passed", traces=[graph], properties=typed),
+            TestResult("t.py::a[lbr-software]", "passed", traces=[software], properties=typed),
+        )
+        for k in ("6.1", "6.12")
+    ]
+    assert table.table(dirs).splitlines()[:3] == [
+        "| program type | 6.1 (graph) | 6.12 (graph) | 6.1 (lbr, software events) "
+        "| 6.12 (lbr, software events) |",
+        "| --- | --- | --- | --- | --- |",
+        "| sk_msg | traced; return values | traced; return values "
+        "| traced; return values; no branches (software events) "
+        "| traced; return values; no branches (software events) |",
     ]
 
 

@@ -29,7 +29,8 @@ __all__ = [
     "finish_runs",
     "flow_of",
     "program_flow",
-    "void_returns",
+    "program_returns",
+    "typed_returns",
 ]
 
 
@@ -156,14 +157,32 @@ def empty_runs_note(hits: list[Hit], programs: list[str]) -> list[str]:
     return notes
 
 
-def void_returns(hits: list[Hit], flows: dict[str, ProgramFlow | None]) -> list[str]:
-    """Read return values as the program's C type gives them: none for a program that
-    returns void (one note per such program traced), a signed `int` sign-extended."""
+def program_returns(fd: int) -> tuple[int, bool] | None:
+    """What the program (an fd) returns, from its BTF (`Btf.return_type`): (size,
+    signed) for an integer, (0, False) for void; None where unknown."""
+    from pytest_lbr.kernel.programs import Btf, program_details
+    from pytest_lbr.libbpf import BpfError
+
+    try:
+        details = program_details(fd)
+        if not details.func_types:
+            return None
+        with Btf(details.btf_id) as btf:
+            return btf.return_type(details.func_types[0])
+    except (BpfError, OSError):
+        return None
+
+
+def typed_returns(hits: list[Hit], returns: dict[str, tuple[int, bool] | None]) -> list[str]:
+    """Read return values as the program's C type gives them (`returns`: program
+    target -> `program_returns`): none for a program that returns void (one note per
+    such program traced: the register its exit hook read was stale), a signed integer
+    sign-extended (an fmod_ret's -EACCES, not 4294967283)."""
     notes = []
-    for spec, flow in flows.items():
-        if flow is None or flow.returns is None:
+    for spec, typed in returns.items():
+        if typed is None:
             continue
-        size, signed = flow.returns
+        size, signed = typed
         runs = [h for h in hits if h.target == spec]
         for h in runs:
             if size == 0:
@@ -184,4 +203,5 @@ def finish_runs(hits: list[Hit], flows: dict[str, ProgramFlow | None]) -> list[s
         flow = flows.get(hit.target)
         if flow is not None:
             add_implied(hit, flow)
-    return empty_runs_note(hits, list(flows)) + void_returns(hits, flows)
+    returns = {spec: flow.returns if flow is not None else None for spec, flow in flows.items()}
+    return empty_runs_note(hits, list(flows)) + typed_returns(hits, returns)

@@ -29,12 +29,13 @@ from pytest_lbr.capture.base import (
     Scope,
     as_scope,
 )
+from pytest_lbr.capture.implied import program_returns, typed_returns
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.capture.trim import trim_tracer_hits
 from pytest_lbr.kernel.machine import BTF_PATH, Machine
 from pytest_lbr.kernel.machine import machine as running_machine
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.targets import Target
+from pytest_lbr.targets import Target, TargetError
 
 if TYPE_CHECKING:
     from pytest_lbr.capture.hooks import HookSet
@@ -381,6 +382,8 @@ class LbrCapture:
         self._hook_notes: list[str] = []
         #: bpf_get_branch_snapshot()'s errors, one per hit it failed for.
         self._failed: list[int] = []
+        #: program target -> what it returns (`implied.program_returns`), read at start
+        self._returns: dict[str, tuple[int, bool] | None] = {}
         #: check=False skips probe_lbr() and `open_events` replaces the branch
         #: events: lets a guest without a PMU run the whole path on real hooks.
         self._check = check
@@ -398,6 +401,7 @@ class LbrCapture:
             raise CaptureError(f"lbr backend unavailable: {cap.reason}")
         software = self.pmu == "software"
         default_events = perf.software_branch_events if software else perf.open_branch_events
+        self._returns = _program_returns(self.targets)
         try:
             self._events = (self._open_events or default_events)(self.filter)
             tgid = 0 if self.scope.kind == "system" else self.scope.pid
@@ -444,6 +448,7 @@ class LbrCapture:
             self.targets, raw, attached, self._machine, lost=self._lost, notes=self.notes
         )
         self._traced.update(traced)
+        trace.notes.extend(typed_returns(trace.hits, self._returns))
         if self.pmu == "software":
             trace.no_branches = NO_BRANCHES_NOTE.removeprefix("no branches: ")
         return trace
@@ -460,6 +465,7 @@ class LbrCapture:
         self._failed += [h.snapshot_ret for h in raw if h.snapshot_ret < 0]
         trace, traced = decode_trace(self.targets, raw, list(hs.attached), self._machine)
         self._traced.update(traced)
+        typed_returns(trace.hits, self._returns)  # its note comes with stop()'s trace
         return trace.hits
 
     def _keeps_hooks(self) -> bool:
@@ -510,6 +516,21 @@ class LbrCapture:
             setattr(self, attr, None)
             if obj is not None:
                 obj.close()  # type: ignore[attr-defined]
+
+
+def _program_returns(targets: Sequence[Target]) -> dict[str, tuple[int, bool] | None]:
+    """What each program target returns, as its BTF says (read while it is loaded)."""
+    from pytest_lbr.capture.progs import resolve_program
+
+    returns: dict[str, tuple[int, bool] | None] = {}
+    for t in targets:
+        if t.kind == "prog":
+            try:
+                with resolve_program(t) as ref:
+                    returns[t.spec] = program_returns(ref.fd)
+            except (TargetError, CaptureError):
+                returns[t.spec] = None  # attaching says why, in its own words
+    return returns
 
 
 def decode_trace(

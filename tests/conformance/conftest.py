@@ -5,16 +5,32 @@ Every test is marked `kernel` (as examples/conftest.py does): it needs root and 
 tracing kernel, so on a laptop it is skipped with the reason and in a `pytest-lbr vm`
 guest a skip is a failure. The objects are built by `make -C tests/conformance`
 (ci/setup runs it).
+
+Every test marked with a program type runs twice: with the session's tracer
+(`[session]`: the backend the run chose, graph in CI's guests) and with the lbr
+backend on software perf events (`[lbr-software]`: the LBR path, hooks and the
+programs that read the snapshot, on a machine without LBR: hits and return values,
+no branches). docs/guide.md's table has a column for each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_lbr.capture.base import CaptureError
+from pytest_lbr.model import Trace
+from pytest_lbr.tracer import Tracer
+
 CONFORMANCE = Path(__file__).resolve().parent
+#: The tracers a typed test runs with: the session's, and the lbr backend on software
+#: perf events (`Tracer(backend="lbr", pmu="software")`).
+SESSION, LBR_SOFTWARE = "session", "lbr-software"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,6 +49,63 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # A user property, as record_property makes, without its junit xunit2 warning.
         for mark in item.iter_markers("program_type"):
             item.user_properties.append(("program_type", str(mark.args[0])))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "lbr" in metafunc.fixturenames and metafunc.definition.get_closest_marker("program_type"):
+        metafunc.parametrize("tracer_kind", [SESSION, LBR_SOFTWARE], indirect=True)
+
+
+@pytest.fixture
+def tracer_kind(request: pytest.FixtureRequest) -> str:
+    """Which tracer the test's `lbr` is (`SESSION` unless the test is typed)."""
+    return str(getattr(request, "param", SESSION))
+
+
+#: What a kernel's verifier says when it refuses the LBR path's fentry/fexit hook on a
+#: program that is itself a tracing program (seen in the 6.1 guest; 6.12 takes it).
+RECURSIVE_ATTACH = "Cannot recursively attach"
+
+
+class LbrPath(Tracer):
+    """The lbr backend on software perf events, where a kernel that refuses its hook on a
+    program type is an allowed skip in the kernel's words (never a silent pass)."""
+
+    @contextmanager
+    def trace(self, *targets: Any, **kwargs: Any) -> Iterator[Trace]:
+        with ExitStack() as stack:
+            try:
+                trace = stack.enter_context(super().trace(*targets, **kwargs))
+            except CaptureError as exc:
+                if RECURSIVE_ATTACH not in str(exc):
+                    raise
+                pytest.skip(f"{os.uname().release}: {exc}")
+            yield trace
+
+
+@pytest.fixture(scope="session")
+def software_lbr() -> Iterator[Tracer]:
+    """One lbr-on-software-events tracer for the session: its backend is set up once."""
+    tracer = LbrPath(backend="lbr", pmu="software")
+    try:
+        yield tracer
+    finally:
+        tracer.close()
+
+
+@pytest.fixture
+def lbr(lbr: Tracer, tracer_kind: str, request: pytest.FixtureRequest) -> Iterator[Tracer]:
+    """The plugin's `lbr`, or for `[lbr-software]` the software-events tracer, whose
+    traces go into the same results record (the plugin reads `lbr.traces`)."""
+    if tracer_kind == SESSION:
+        yield lbr
+        return
+    tracer: Tracer = request.getfixturevalue("software_lbr")
+    if not tracer.available:
+        pytest.fail(f"lbr backend on software perf events: {tracer.reason}", pytrace=False)
+    tracer.scope, tracer.traces = lbr.scope, lbr.traces
+    request.node.add_marker(pytest.mark.allow_skip)  # only LbrPath's refusals skip
+    yield tracer
 
 
 @pytest.fixture

@@ -90,6 +90,27 @@ def called_table(trace: Trace, by: str, names: Iterable[str]) -> str:
     return f"trace.called(NAME, by={by!r}):\n" + "\n".join(rows)
 
 
+def assert_called(trace: Trace, by: str, names: Iterable[str]) -> None:
+    """Program `by` ran in `trace` and called each of `names`, as its C source names
+    them (helpers, kfuncs, libbpf macros). The whole `called_table` is printed first,
+    so a failure shows every name, not only the first.
+
+    A trace that has no branches by design (the lbr backend on software perf events:
+    `Trace.no_branches` says why) cannot tell calls, and does not pretend to: then
+    only the program's hits are asserted.
+    """
+    text = str(trace)
+    hits = [h for h in trace.hits if h.target.rsplit(":", 1)[-1] == by]
+    assert hits, (by, text)
+    if trace.no_branches:
+        print(f"trace.called(NAME, by={by!r}): cannot tell: {trace.no_branches}")
+        return
+    names = tuple(names)
+    print(called_table(trace, by, names))
+    missing = [name for name in names if not trace.called(name, by=by)]
+    assert not missing, (by, missing, text)
+
+
 def lost_program_calls(trace: Trace) -> list[str]:
     """The trace's lines that lose a program's own call: a function the program's
     code calls, entered from an unseen caller. (Deeper in the kernel, a call three

@@ -23,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 
+from pytest_lbr.capture.lbr import NO_BRANCHES_NOTE
 from pytest_lbr.results import TestResult, read_results
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
@@ -31,6 +32,7 @@ END = "<!-- end of conformance table -->"
 _NUMBER = re.compile(r"\d+")
 _SYSTEM_NOTE = 'scope="system": the function tracer recorded only'
 _EMPTY_RUNS = "runs hold no branch"
+SESSION, LBR_SOFTWARE = "session", "lbr-software"
 
 
 def cell(test: TestResult) -> str:
@@ -41,40 +43,52 @@ def cell(test: TestResult) -> str:
     hits = sum(t.hits for t in test.traces)
     returns = sum(t.returns for t in test.traces)
     parts = ["traced" if hits else "no hits", "return values" if returns else "no return value"]
-    # Counts vary from run to run; the words are what a user reads. The note every
-    # system-wide graph trace carries (what it narrowed the tracer to) is one word;
-    # which runs held no branch depends on what the machine did then, not on the type.
-    notes = sorted(
-        {
-            "system-wide" if n.startswith(_SYSTEM_NOTE) else _NUMBER.sub("N", n)
-            for t in test.traces
-            for n in t.notes
-            if _EMPTY_RUNS not in n
-        }
-    )
+    # Counts vary from run to run; the words are what a user reads. The notes every
+    # trace of a kind carries are a few words (`_short`); which runs held no branch
+    # depends on what the machine did then, not on the type.
+    notes = sorted({_short(n) for t in test.traces for n in t.notes if _EMPTY_RUNS not in n})
     return "; ".join(parts + notes).replace("|", "\\|")
 
 
+def tracer_kind(nodeid: str) -> str:
+    """Which tracer a typed test ran with: its `[session]` or `[lbr-software]` id
+    (tests/conformance/conftest.py); a nodeid without one ran with the session's."""
+    params = nodeid.rsplit("[", 1)[1].rstrip("]").split("-") if nodeid.endswith("]") else []
+    return LBR_SOFTWARE if "software" in params else SESSION
+
+
+def _short(note: str) -> str:
+    """A note as the table shows it: the two every trace of a kind carries in one word."""
+    if note.startswith(_SYSTEM_NOTE):
+        return "system-wide"
+    if note == NO_BRANCHES_NOTE:
+        return "no branches (software events)"
+    return _NUMBER.sub("N", note)
+
+
 def table(dirs: list[Path]) -> str:
-    """The markdown table: one row per program type, one column per results directory."""
-    kernels = [d.name for d in dirs]
-    rows: dict[str, dict[str, list[str]]] = {}
-    backends: set[str] = set()
+    """The markdown table: one row per program type; a column per results directory
+    (kernel) and tracer: the session's backend first, then lbr on software events."""
+    rows: dict[str, dict[tuple[str, str], list[str]]] = {}
+    columns: dict[tuple[str, str], str] = {}
     for d in dirs:
         results = read_results(d / "results.jsonl")
-        if results.session is not None and results.session.backend:
-            backends.add(results.session.backend)
+        backend = results.session.backend if results.session is not None else ""
         for test in results.tests:
             kind = test.properties.get("program_type")
-            if kind:
-                rows.setdefault(kind, {}).setdefault(d.name, []).append(cell(test))
-    backend = ", ".join(sorted(backends)) or "?"
+            if not kind:
+                continue
+            tracer = tracer_kind(test.nodeid)
+            label = (backend or "?") if tracer == SESSION else "lbr, software events"
+            columns.setdefault((tracer, d.name), f"{d.name} ({label})")
+            rows.setdefault(kind, {}).setdefault((tracer, d.name), []).append(cell(test))
+    order = sorted(columns, key=lambda c: (c[0] != SESSION, [d.name for d in dirs].index(c[1])))
     lines = [
-        f"| program type | {' | '.join(f'{k} ({backend})' for k in kernels)} |",
-        f"| --- |{' --- |' * len(kernels)}",
+        f"| program type | {' | '.join(columns[c] for c in order)} |",
+        f"| --- |{' --- |' * len(order)}",
     ]
     for kind in sorted(rows):
-        cells = [" / ".join(rows[kind].get(k, ["not run"])) for k in kernels]
+        cells = [" / ".join(rows[kind].get(c, ["not run"])) for c in order]
         lines.append(f"| {kind} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 

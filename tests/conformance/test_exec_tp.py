@@ -17,7 +17,11 @@ import subprocess
 
 import pytest
 
-from tests.conformance.evidence import called_table, printk_lines, ring_buffer_records
+from tests.conformance.evidence import (
+    assert_called,
+    printk_lines,
+    ring_buffer_records,
+)
 
 PROG = "handle_exec"
 TRUE = "/bin/true"
@@ -64,13 +68,5 @@ def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built):
     text = str(trace)
     assert [h for h in trace.hits if h.pid == child.pid], text
     assert {h.pid for h in trace.hits} <= {child.pid, os.getpid()}, text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure: every name at once
-    assert trace.called("bpf_ringbuf_reserve", by="handle_exec"), text
-    assert trace.called("bpf_get_current_pid_tgid", by="handle_exec"), text
-    assert trace.called("BPF_CORE_READ", by="handle_exec"), text
-    assert trace.called("bpf_get_current_comm", by="handle_exec"), text
-    assert trace.called("bpf_probe_read_str", by="handle_exec"), text
-    assert trace.called("bpf_printk", by="handle_exec"), text
-    assert trace.called("bpf_ringbuf_submit", by="handle_exec"), text
-    assert trace.called("bpf_get_current_task", by="handle_exec"), text
+    assert_called(trace, PROG, HELPERS)
     assert "(unseen caller)" not in text, text

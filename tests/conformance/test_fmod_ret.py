@@ -22,7 +22,12 @@ import struct
 
 import pytest
 
-from tests.conformance.evidence import called_table, global_vars, printk_lines, set_global
+from tests.conformance.evidence import (
+    assert_called,
+    global_vars,
+    printk_lines,
+    set_global,
+)
 
 PROG = "deny_getpgid"
 HELPERS = ("bpf_get_current_pid_tgid", "BPF_CORE_READ", "bpf_printk")
@@ -58,8 +63,5 @@ def test_fmod_ret_refuses_getpgid_for_user_space(bpf, lbr, built):
         assert any("Cannot recursively attach" in n for n in trace.notes), trace.notes
     else:
         assert sorted(h.retval for h in hits) == [-errno.EACCES, 0], text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_get_current_pid_tgid", by="deny_getpgid"), text
-    assert trace.called("BPF_CORE_READ", by="deny_getpgid"), text
-    assert trace.called("bpf_printk", by="deny_getpgid"), text
+    assert_called(trace, "deny_getpgid", HELPERS)
     assert "(unseen caller)" not in text, text

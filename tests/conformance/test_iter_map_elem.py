@@ -17,7 +17,7 @@ import struct
 
 import pytest
 
-from tests.conformance.evidence import called_table, global_vars
+from tests.conformance.evidence import assert_called, global_vars
 
 PROG = "dump_scores"
 SCORES = {3: 30, 7: 700, 11: 11}
@@ -42,6 +42,5 @@ def test_map_element_iterator_lists_the_map(bpf, lbr, built):
 
     text = str(trace)
     assert trace.hits and {h.pid for h in trace.hits} == {os.getpid()}, text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("BPF_SEQ_PRINTF", by="dump_scores"), text
+    assert_called(trace, PROG, HELPERS)
     assert "(unseen caller)" not in text, text

@@ -18,7 +18,7 @@ import struct
 
 import pytest
 
-from tests.conformance.evidence import PerfBuffer, called_table, set_global
+from tests.conformance.evidence import PerfBuffer, assert_called, set_global
 
 #: struct unlink_event: pid, ret, delta_ns, filename[64].
 EVENT = struct.Struct("<iiQ64s")
@@ -69,16 +69,26 @@ def test_kprobe_and_kretprobe_time_our_unlink(bpf, lbr, built, tmp_path):
         "prog:name:unlink_enter",
         "prog:name:unlink_return",
     ], text
-    print(called_table(trace, "unlink_enter", ENTER_HELPERS))  # shown with a failure
-    print(called_table(trace, "unlink_return", RETURN_HELPERS))
-    assert trace.called("bpf_get_current_pid_tgid", by="unlink_enter"), text
-    assert trace.called("bpf_ktime_get_ns", by="unlink_enter"), text
-    assert trace.called("BPF_CORE_READ", by="unlink_enter"), text
-    assert trace.called("bpf_probe_read_kernel_str", by="unlink_enter"), text
-    assert trace.called("bpf_map_update_elem", by="unlink_enter"), text
-    assert trace.called("bpf_get_current_pid_tgid", by="unlink_return"), text
-    assert trace.called("bpf_map_lookup_elem", by="unlink_return"), text
-    assert trace.called("bpf_ktime_get_ns", by="unlink_return"), text
-    assert trace.called("bpf_perf_event_output", by="unlink_return"), text
-    assert trace.called("bpf_map_delete_elem", by="unlink_return"), text
+    assert_called(
+        trace,
+        "unlink_enter",
+        (
+            "bpf_get_current_pid_tgid",
+            "bpf_ktime_get_ns",
+            "BPF_CORE_READ",
+            "bpf_probe_read_kernel_str",
+            "bpf_map_update_elem",
+        ),
+    )
+    assert_called(
+        trace,
+        "unlink_return",
+        (
+            "bpf_get_current_pid_tgid",
+            "bpf_map_lookup_elem",
+            "bpf_ktime_get_ns",
+            "bpf_perf_event_output",
+            "bpf_map_delete_elem",
+        ),
+    )
     assert "(unseen caller)" not in text, text

@@ -22,7 +22,7 @@ import pytest
 
 from pytest_lbr.libbpf import BpfError
 from tests.conformance.evidence import (
-    called_table,
+    assert_called,
     lost_program_calls,
     printk_lines,
     set_global,
@@ -80,10 +80,15 @@ def test_kprobe_multi_counts_our_dir_ops(bpf, lbr, built, tmp_path):
 
     text = str(trace)
     assert len([h for h in trace.hits if h.pid == pid]) == 2, text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_get_current_pid_tgid", by="count_dir_ops"), text
-    assert trace.called("bpf_get_func_ip", by="count_dir_ops"), text
-    assert trace.called("bpf_map_lookup_elem", by="count_dir_ops"), text
-    assert trace.called("bpf_map_update_elem", by="count_dir_ops"), text
-    assert trace.called("bpf_printk", by="count_dir_ops"), text
+    assert_called(
+        trace,
+        "count_dir_ops",
+        (
+            "bpf_get_current_pid_tgid",
+            "bpf_get_func_ip",
+            "bpf_map_lookup_elem",
+            "bpf_map_update_elem",
+            "bpf_printk",
+        ),
+    )
     assert not lost_program_calls(trace), text  # symbol_string: 3 notrace calls down

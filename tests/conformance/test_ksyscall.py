@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from tests.conformance.evidence import called_table, printk_lines, section_map
+from tests.conformance.evidence import assert_called, printk_lines, section_map
 
 PROG = "kill_entry"
 HELPERS = ("bpf_get_current_pid_tgid", "bpf_printk")
@@ -44,7 +44,5 @@ def test_ksyscall_sees_our_kill(bpf, lbr, built):
 
     text = str(trace)
     assert [h for h in trace.hits if h.pid == pid], text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_get_current_pid_tgid", by="kill_entry"), text
-    assert trace.called("bpf_printk", by="kill_entry"), text
+    assert_called(trace, "kill_entry", ("bpf_get_current_pid_tgid", "bpf_printk"))
     assert "(unseen caller)" not in text, text

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.evidence import called_table, printk_lines, set_global
+from tests.conformance.evidence import assert_called, printk_lines, set_global
 
 PROG = "deny_open"
 LSM_LIST = Path("/sys/kernel/security/lsm")
@@ -68,12 +68,17 @@ def test_lsm_program_denies_our_open(bpf, lbr, built, tmp_path):
 
     text = str(trace)
     assert len([h for h in trace.hits if h.pid == pid]) >= 2, text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_get_current_pid_tgid", by="deny_open"), text
-    assert trace.called("BPF_CORE_READ", by="deny_open"), text
-    assert trace.called("bpf_probe_read_kernel_str", by="deny_open"), text
-    assert trace.called("bpf_map_lookup_elem", by="deny_open"), text
-    assert trace.called("bpf_spin_lock", by="deny_open"), text
-    assert trace.called("bpf_spin_unlock", by="deny_open"), text
-    assert trace.called("bpf_printk", by="deny_open"), text
+    assert_called(
+        trace,
+        "deny_open",
+        (
+            "bpf_get_current_pid_tgid",
+            "BPF_CORE_READ",
+            "bpf_probe_read_kernel_str",
+            "bpf_map_lookup_elem",
+            "bpf_spin_lock",
+            "bpf_spin_unlock",
+            "bpf_printk",
+        ),
+    )
     assert "(unseen caller)" not in text, text

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.conformance.evidence import called_table, section_map
+from tests.conformance.evidence import assert_called, section_map
 
 PROG = "on_sample"
 HELPERS = ("bpf_get_current_pid_tgid", "bpf_get_stack")
@@ -45,9 +45,7 @@ def test_perf_event_program_samples_our_process(bpf, lbr, built):
     assert deepest > 0  # a kernel stack was taken
     text = str(trace)
     assert [h for h in trace.hits if h.pid == os.getpid()], text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_get_current_pid_tgid", by=PROG), text
-    assert trace.called("bpf_get_stack", by=PROG), text
+    assert_called(trace, PROG, ("bpf_get_current_pid_tgid", "bpf_get_stack"))
     assert "(unseen caller)" not in text, text
 
 

@@ -16,7 +16,11 @@ import subprocess
 
 import pytest
 
-from tests.conformance.evidence import called_table, printk_lines, ring_buffer_records
+from tests.conformance.evidence import (
+    assert_called,
+    printk_lines,
+    ring_buffer_records,
+)
 
 PROG = "raw_exec"
 TRUE = "/bin/true"
@@ -63,11 +67,16 @@ def test_raw_tracepoint_sees_the_childs_exec(bpf, lbr, built):
 
     text = str(trace)
     assert [h for h in trace.hits if h.pid == child.pid], text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure: every name at once
-    assert trace.called("bpf_ringbuf_reserve", by="raw_exec"), text
-    assert trace.called("BPF_CORE_READ", by="raw_exec"), text
-    assert trace.called("bpf_probe_read_kernel_str", by="raw_exec"), text
-    assert trace.called("bpf_get_stack", by="raw_exec"), text
-    assert trace.called("bpf_printk", by="raw_exec"), text
-    assert trace.called("bpf_ringbuf_submit", by="raw_exec"), text
+    assert_called(
+        trace,
+        "raw_exec",
+        (
+            "bpf_ringbuf_reserve",
+            "BPF_CORE_READ",
+            "bpf_probe_read_kernel_str",
+            "bpf_get_stack",
+            "bpf_printk",
+            "bpf_ringbuf_submit",
+        ),
+    )
     assert "(unseen caller)" not in text, text

@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from pytest_lbr.bpf import AttachError
-from tests.conformance.evidence import called_table, section_map
+from tests.conformance.evidence import assert_called, section_map
 
 PROG = "pick_socket"
 SO_ATTACH_REUSEPORT_EBPF = 52  # uapi asm-generic/socket.h
@@ -68,6 +68,5 @@ def test_reuseport_program_is_refused_by_attach_and_runs_when_attached_by_hand(b
     assert received == DATAGRAMS and seen == DATAGRAMS, (received, seen)
     assert length >= len(b"hello 0"), length  # md->len: the datagram as the kernel holds it
     text = str(trace)
-    print(called_table(trace, PROG, ("bpf_printk",)))  # shown with a failure
-    assert trace.called("bpf_printk", by=PROG), text
+    assert_called(trace, PROG, ("bpf_printk",))
     assert "(unseen caller)" not in text, text

@@ -19,7 +19,7 @@ import struct
 
 import pytest
 
-from tests.conformance.evidence import called_table, global_vars, printk_lines
+from tests.conformance.evidence import assert_called, global_vars, printk_lines
 
 PROG = "trim_magic"
 SO_ATTACH_BPF = 50
@@ -49,9 +49,14 @@ def test_socket_filter_cuts_our_datagram(bpf, lbr, built):
 
     text = str(trace)
     assert len([h for h in trace.hits if h.pid == os.getpid()]) == 2, text  # one per datagram
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_skb_load_bytes", by="trim_magic"), text
-    assert trace.called("bpf_get_socket_cookie", by="trim_magic"), text
-    assert trace.called("bpf_get_socket_uid", by="trim_magic"), text
-    assert trace.called("bpf_printk", by="trim_magic"), text
+    assert_called(
+        trace,
+        "trim_magic",
+        (
+            "bpf_skb_load_bytes",
+            "bpf_get_socket_cookie",
+            "bpf_get_socket_uid",
+            "bpf_printk",
+        ),
+    )
     assert "(unseen caller)" not in text, text

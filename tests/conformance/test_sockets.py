@@ -17,7 +17,7 @@ import struct
 
 import pytest
 
-from tests.conformance.evidence import called_table, section_map
+from tests.conformance.evidence import assert_called, section_map
 
 HELPERS = {
     "on_connect4": ("bpf_get_current_pid_tgid", "bpf_printk"),
@@ -68,11 +68,7 @@ def test_socket_hooks_see_our_connection(bpf, lbr, built):
     assert seen["on_egress"] >= MESSAGES, seen
     text = str(trace)
     for name, helpers in HELPERS.items():
-        assert [h for h in trace.hits if h.target == f"prog:name:{name}"], (name, text)
-        print(called_table(trace, name, helpers))  # shown with a failure
-    for name, helpers in HELPERS.items():
-        for helper in helpers:
-            assert trace.called(helper, by=name), (name, helper, text)
+        assert_called(trace, name, helpers)
     assert "(unseen caller)" not in text, text
 
 

@@ -15,7 +15,7 @@ import struct
 
 import pytest
 
-from tests.conformance.evidence import called_table, printk_lines
+from tests.conformance.evidence import assert_called, printk_lines
 
 PROG = "sum_values"
 #: struct sum_args: max_key, summed, sum.
@@ -44,7 +44,5 @@ def test_syscall_program_sums_a_map(bpf, lbr, built):
 
     text = str(trace)
     assert [h.target for h in trace.hits] == [f"prog:name:{PROG}"], text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_for_each_map_elem", by="sum_values"), text
-    assert trace.called("bpf_printk", by="sum_values"), text
+    assert_called(trace, "sum_values", ("bpf_for_each_map_elem", "bpf_printk"))
     assert "(unseen caller)" not in text, text

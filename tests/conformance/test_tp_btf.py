@@ -23,7 +23,7 @@ import pytest
 
 from pytest_lbr.bpf import BpfLoadError
 from tests.conformance.evidence import (
-    called_table,
+    assert_called,
     global_vars,
     lost_program_calls,
     printk_lines,
@@ -71,11 +71,16 @@ def test_tp_btf_gives_the_forked_child_task_storage(bpf, lbr, built):
 
     text = str(trace)
     assert [h for h in trace.hits if h.pid == pid], text
-    print(called_table(trace, PROG, HELPERS))  # shown with a failure
-    assert trace.called("bpf_task_storage_get", by="handle_fork"), text
-    assert trace.called("BPF_CORE_READ", by="handle_fork"), text
-    assert trace.called("bpf_ktime_get_ns", by="handle_fork"), text
-    assert trace.called("bpf_printk", by="handle_fork"), text
+    assert_called(
+        trace,
+        "handle_fork",
+        (
+            "bpf_task_storage_get",
+            "BPF_CORE_READ",
+            "bpf_ktime_get_ns",
+            "bpf_printk",
+        ),
+    )
     assert not lost_program_calls(trace), text  # irq_work_queue: 3 notrace calls down
 
 
@@ -113,10 +118,15 @@ def test_tp_btf_holds_the_child_with_kfuncs(bpf, lbr, built):
 
     text = str(trace)
     assert [h for h in trace.hits if h.pid == pid], text
-    print(called_table(trace, "fork_kfuncs", (*KFUNCS, "bpf_printk")))  # shown with a failure
-    assert trace.called("bpf_task_acquire", by="fork_kfuncs"), text
-    assert trace.called("bpf_rcu_read_lock", by="fork_kfuncs"), text
-    assert trace.called("bpf_rcu_read_unlock", by="fork_kfuncs"), text
-    assert trace.called("bpf_task_release", by="fork_kfuncs"), text
-    assert trace.called("bpf_printk", by="fork_kfuncs"), text
+    assert_called(
+        trace,
+        "fork_kfuncs",
+        (
+            "bpf_task_acquire",
+            "bpf_rcu_read_lock",
+            "bpf_rcu_read_unlock",
+            "bpf_task_release",
+            "bpf_printk",
+        ),
+    )
     assert "(unseen caller)" not in text, text

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from tests.conformance.evidence import (
-    called_table,
+    assert_called,
     printk_lines,
     section_map,
 )
@@ -53,10 +53,6 @@ def test_fentry_and_fexit_see_our_unlink(bpf, lbr, built, tmp_path):
         for name in hit.functions():
             assert not name.startswith(("__bpf_prog_", "bpf_trampoline_", "migrate_")), text
     assert {h.pid for h in trace.hits} == {pid}, text
-    print(called_table(trace, "unlink_entry", HELPERS))  # shown with a failure
-    print(called_table(trace, "unlink_exit", HELPERS))
-    assert trace.called("bpf_get_current_pid_tgid", by="unlink_entry"), text
-    assert trace.called("bpf_printk", by="unlink_entry"), text
-    assert trace.called("bpf_get_current_pid_tgid", by="unlink_exit"), text
-    assert trace.called("bpf_printk", by="unlink_exit"), text
+    assert_called(trace, "unlink_entry", ("bpf_get_current_pid_tgid", "bpf_printk"))
+    assert_called(trace, "unlink_exit", ("bpf_get_current_pid_tgid", "bpf_printk"))
     assert "(unseen caller)" not in text, text

@@ -20,7 +20,7 @@ import threading
 import pytest
 
 from tests.conformance.evidence import (
-    called_table,
+    assert_called,
     global_vars,
     printk_lines,
     ring_buffer_records,
@@ -68,12 +68,15 @@ def test_uprobe_and_uretprobe_see_our_getpid(bpf, lbr, built):
         "prog:name:getpid_enter",
         "prog:name:getpid_return",
     }, text
-    print(called_table(trace, "getpid_enter", ENTER_HELPERS))  # shown with a failure
-    print(called_table(trace, "getpid_return", RETURN_HELPERS))
-    assert trace.called("bpf_get_current_pid_tgid", by="getpid_enter"), text
-    assert trace.called("bpf_printk", by="getpid_enter"), text
-    assert trace.called("bpf_get_current_pid_tgid", by="getpid_return"), text
-    assert trace.called("bpf_ringbuf_reserve", by="getpid_return"), text
-    assert trace.called("bpf_get_stack", by="getpid_return"), text
-    assert trace.called("bpf_ringbuf_submit", by="getpid_return"), text
+    assert_called(trace, "getpid_enter", ("bpf_get_current_pid_tgid", "bpf_printk"))
+    assert_called(
+        trace,
+        "getpid_return",
+        (
+            "bpf_get_current_pid_tgid",
+            "bpf_ringbuf_reserve",
+            "bpf_get_stack",
+            "bpf_ringbuf_submit",
+        ),
+    )
     assert "(unseen caller)" not in text, text

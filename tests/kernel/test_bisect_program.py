@@ -3,7 +3,7 @@
 The test writes a small project the way a BPF author keeps one: an XDP program
 built by a Makefile with clang `-target bpf`, a golden test using the `bpf` and
 `lbr` fixtures, its golden trace recorded here (it depends on the kernel). Then a
-history of 16 more commits: harmless ones, one that breaks the build (and the next
+history of 8 more commits: harmless ones, one that breaks the build (and the next
 that fixes it), and one that adds a `bpf_csum_diff()` call, which changes the traced
 call path. The bisection must name that commit, list the broken one as skipped
 (never blame it), show the golden diff, and give the checkout back as it was.
@@ -12,8 +12,7 @@ It passes in the 6.1 and 6.12 guests. Guest time (2026-11-25, TCG, other guests 
 same two cores): 6.12 8 min, 6.1 6 min for the test; each inner pytest session (the
 recording, then one per tested commit, 4-5 of them) costs about 40-70 s there, most of
 it the graph backend turning the function tracer on and off. So CI runs it in the
-6.12 guest only (issue 16 asks for that one); elsewhere it skips, allowed, unless
-PYTEST_LBR_BISECT_ALL_KERNELS=1.
+6.12 guest only (issue 16 asks for that one; `one_kernel`, tests/kernel/conftest.py).
 """
 
 from __future__ import annotations
@@ -28,16 +27,7 @@ import pytest
 
 from tests.commands import PYTEST_LBR, PYTEST_QUIET
 
-pytestmark = [
-    pytest.mark.kernel,
-    pytest.mark.allow_skip,
-    pytest.mark.skipif(
-        not os.uname().release.startswith("6.12.")
-        and os.environ.get("PYTEST_LBR_BISECT_ALL_KERNELS") != "1",
-        reason="the program-history bisection runs in the 6.12 guest only (CI time); "
-        "PYTEST_LBR_BISECT_ALL_KERNELS=1 runs it here",
-    ),
-]
+pytestmark = [pytest.mark.kernel, pytest.mark.one_kernel("6.12")]
 
 PROGRAM = """\
 // SPDX-License-Identifier: GPL-2.0
@@ -100,12 +90,13 @@ def test_count_packets(bpf, lbr):
 """
 
 ARGS = ("test_prog.py", "-q", "--lbr", "--lbr-backend=graph", *PYTEST_QUIET)
-#: After the commit that records the golden trace: 16 commits. git tests the middle
-#: one first (the 8th), so that is the one that breaks the build (the 9th fixes it): it
+#: After the commit that records the golden trace: 8 commits. git tests the middle
+#: one first (the 4th), so that is the one that breaks the build (the 5th fixes it): it
 #: is tested and must come out skipped; the seeded change comes after it. Some commits
-#: touch only the README.
-BROKEN, SEEDED, COMMITS = 8, 11, 16
-README_ONLY = {3, 6, 13, 15}
+#: touch only the README. (Each tested commit is an inner pytest session: 8 commits,
+#: not more, keep the test near a minute in the guest.)
+BROKEN, SEEDED, COMMITS = 4, 6, 8
+README_ONLY = {3, 7}
 
 
 def _git(repo: Path, *args: str) -> str:

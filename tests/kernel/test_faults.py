@@ -168,7 +168,13 @@ def stale(before: dict[str, object]) -> list[str]:
     return [i for i in now if i not in known and i.startswith(INSTANCE_PREFIX)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        pytest.param(signal.SIGTERM, id="SIGTERM", marks=pytest.mark.one_kernel("6.12")),
+        pytest.param(signal.SIGKILL, id="SIGKILL", marks=pytest.mark.one_kernel("6.1")),
+    ],
+)
 def test_killed_mid_trace_next_session_cleans_up(tmp_path: Path, sig: signal.Signals) -> None:
     before = state()
 
@@ -202,6 +208,7 @@ def test_pytest_timeout_inside_a_trace_releases_everything(tmp_path: Path) -> No
     assert settle(before) == before
 
 
+@pytest.mark.one_kernel("6.1")
 def test_crashed_xdist_worker_next_session_cleans_up(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     before = state()

@@ -141,6 +141,7 @@ XDIST_INNER = textwrap.dedent(
 )
 
 
+@pytest.mark.one_kernel("6.12")
 def test_under_xdist_only_the_worker_that_warned_reports_it(
     pytester: pytest.Pytester, warning_module: None
 ) -> None:

@@ -1,0 +1,25 @@
+"""Shared steps of conformance tests whose programs call kfuncs Linux 6.1 lacks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_lbr.bpf import BpfLoader, BpfLoadError, BpfObject
+
+
+def load_kfunc_object(bpf: BpfLoader, path: Path) -> BpfObject:
+    """`bpf.load(path)` of an object whose programs call kfuncs a later kernel added:
+    on a 6.1 kernel, whose BTF lacks them, libbpf refuses the object and the test
+    skips with libbpf's words (`extern (func ksym) 'bpf_iter_num_new': not found in
+    kernel or module BTFs`), as test_tp_btf.py's kfunc test does; any other refusal,
+    or one on a later kernel, fails."""
+    try:
+        return bpf.load(path)
+    except BpfLoadError as exc:
+        missing = [line for line in exc.log.splitlines() if "not found in kernel" in line]
+        if missing and os.uname().release.startswith("6.1."):
+            pytest.skip(f"{os.uname().release}: {missing[0].strip()}")
+        raise
