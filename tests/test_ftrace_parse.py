@@ -746,3 +746,53 @@ def test_only_the_tracers_own_programs_are_its_work() -> None:
     assert own.dropped(rec(1, "bpf_prog_bfded171c29bf2b5_lbr_fexit"))
     assert not own.dropped(rec(2, "bpf_prog_bfded171c29bf2b5_lbr_selftest"))
     assert not own.dropped(rec(3, "bpf_prog_bfded171c29bf2b5_lbr_init"))
+
+
+def test_a_callback_a_helper_runs_is_the_caller_of_its_own_calls() -> None:
+    # 6.12 guest, tests/conformance/find_vma.bpf.c: lookup_vma calls bpf_find_vma, which
+    # runs the program's callback record_vma (a function of the program, entered through
+    # a pointer: never recorded); record_vma calls bpf_probe_read_kernel (BPF_CORE_READ)
+    # and bpf_probe_read_kernel_str, notrace, so only their callees name them. The
+    # program's functions (jited ranges of that run) are lookup_vma at 0xffffffffc03e9650
+    # and record_vma at 0xffffffffc03e9788; record_vma's code calls the two helpers. The
+    # call sites are the ones that run's trace showed (its site finder read the code).
+    records = _records("ftrace-6.12-find_vma.txt")
+    main, callback = 0xFFFFFFFFC03E9650, 0xFFFFFFFFC03E9788
+    read, read_str = 0xFFFFFFFF9226BF8C - 0x1C, 0xFFFFFFFF9226C13C - 0x1C
+    find_vma, mt_find, printk = 0xFFFFFFFF92399190, 0xFFFFFFFF92CC3F00, 0xFFFFFFFF9226EC60
+    sites = {
+        (callback, read): 0xF9,
+        (callback, read_str): 0x144,
+        (find_vma, mt_find): 0x40,  # find_vma's call of mt_find (an unrecorded entry)
+        (main, printk): 0x119,  # bpf_printk's bpf_trace_printk (notrace)
+    }
+    (name,) = _prog_ksyms(records)
+
+    class Sites(_NoSites):
+        def __call__(self, caller: str | None, start: int, callee: int, after: int = 0):
+            ret = sites.get((start, callee))
+            return None if ret is None else (caller, start, start + ret)
+
+    target = parse_target("prog:name:lookup_vma")
+    starts = {0: [(name, main), (None, callback)]}
+    hits = build_hits(
+        [target], [lambda f, a: f == name], {}, {}, records, site_of=Sites(), starts=starts
+    )
+    text = str(Trace(hits=hits))
+    assert len(hits) == 1 and "(unseen caller)" not in text, text
+    calls = [(b.src.addr, b.dst.symbol) for b in hits[0].branches if b.kind == "call"]
+    assert (callback + 0xF9, "bpf_probe_read_kernel") in calls, text
+    assert (callback + 0x144, "bpf_probe_read_kernel_str") in calls, text
+    # Nested in bpf_find_vma, which goes on after them: up_read is still its call.
+    funcs = [b.dst.symbol for b in hits[0].branches if b.kind == "call"]
+    assert (
+        funcs.index("bpf_find_vma") < funcs.index("bpf_probe_read_kernel") < funcs.index("up_read")
+    ), text
+    assert "bpf_find_vma+0x1d5 -> up_read+0x0" in text, text
+    assert text.count("-> bpf_find_vma+0x0") == 1, text
+    # Without the callback among the program's functions, their caller stays unknown.
+    alone = build_hits(
+        [target], [lambda f, a: f == name], {}, {}, records, site_of=Sites(),
+        starts={0: [(name, main)]},
+    )  # fmt: skip
+    assert "(unseen caller) -> bpf_probe_read_kernel+0x0" in str(Trace(hits=alone))

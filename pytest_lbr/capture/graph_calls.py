@@ -159,12 +159,17 @@ def called_by_program(
     site_of: SiteFinder | None,
 ) -> Frame:
     """The frame of `rec`'s parent, an unrecorded function the program called: from
-    its function of the latest call `site`, or (none yet in this run) from whichever
-    of its functions (`starts`: kallsyms name, or None, and address) calls it."""
+    its function of the latest call `site`, or (none yet in this run, or that function
+    does not call it) from whichever of its functions (`starts`: kallsyms name, or None,
+    and address) calls it: a callback a helper runs, such as bpf_find_vma's."""
     if site is not None:
-        return unseen_frame(rec, site, site_of)
+        frame = unseen_frame(rec, site, site_of)
+        if frame.call is not None:
+            return frame
     frame = unseen_frame(rec, None, None)
     for name, start in starts:
+        if site is not None and start == site[1]:
+            continue  # asked above
         # The name, where known, makes a kallsyms read before the program was
         # loaded (another program at the same address once) read anew.
         frame = unseen_frame(rec, (name, start, 0), site_of)

@@ -588,6 +588,10 @@ def _program_runs(
                         entered = [by_program]
                     else:
                         caller = running
+                    if inner and by_program.call is not None and _callback(by_program, site):
+                        # Another function of the program called it: a callback, run by
+                        # the helper still running (bpf_find_vma), so nested in it.
+                        caller = running if running is not None else len(inner) - 1
                 pop_to(0 if caller is None else caller + 1)
                 if caller is None and entered[0].call is not None:
                     call = entered[0].call
@@ -608,6 +612,13 @@ def _program_runs(
     if hit is not None:
         close()
     return hits
+
+
+def _callback(frame: Frame, site: tuple[str | None, int, int] | None) -> bool:
+    """Whether `frame` was entered from another function of the program than the one
+    of its latest call `site`: a BPF callback, which a helper runs."""
+    call = frame.call
+    return call is not None and site is not None and call.parent_addr - call.parent_off != site[1]
 
 
 def _event_hits(target: Target, event: str, tid: int, steps: list[Step]) -> list[Hit]:
