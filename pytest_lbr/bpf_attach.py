@@ -21,7 +21,7 @@ import errno
 import os
 from typing import Protocol
 
-from pytest_lbr.bpf_links import _L, AttachError, Link, _interface, _last, _on
+from pytest_lbr.bpf_links import _L, AttachError, Link, _interface, _last, _on, link_id
 from pytest_lbr.libbpf import (
     BPF_LINK_CREATE,
     BPF_NETFILTER,
@@ -30,7 +30,6 @@ from pytest_lbr.libbpf import (
     BPF_TCX_EGRESS,
     BPF_TCX_INGRESS,
     NetfilterLinkCreateAttr,
-    bpf_link_info,
     check_int,
     lib,
     libbpf_messages,
@@ -152,13 +151,8 @@ class FdLink(Link):
         super().__init__(program, detach=lambda: os.close(fd))
         self._fd = fd
         self.where = where
-        info = bpf_link_info()
-        size = ctypes.c_uint32(ctypes.sizeof(info))
-        check_int(
-            lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "link info"
-        )
         #: Kernel link id (as in `bpftool link show`).
-        self.id: int = info.id
+        self.id: int = link_id(fd)
 
     def _link_fd(self) -> int:
         return self._fd

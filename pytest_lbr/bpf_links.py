@@ -34,6 +34,7 @@ __all__ = [
     "TC_DIRECTIONS",
     "AttachError",
     "Link",
+    "link_id",
     "NoLinkFd",
     "PerCpuLink",
     "SockmapLink",
@@ -44,6 +45,14 @@ __all__ = [
 
 #: `Program.attach_tc(direction=...)`: the clsact hook the filter goes on.
 TC_DIRECTIONS = {"ingress": BPF_TC_INGRESS, "egress": BPF_TC_EGRESS}
+
+
+def link_id(fd: int) -> int:
+    """The kernel's id of the BPF link `fd` (as `bpftool link show` lists it)."""
+    info = bpf_link_info()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    check_int(lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "link info")
+    return int(info.id)
 
 
 class AttachError(UserError, BpfError):
@@ -151,13 +160,8 @@ class XdpLink(Link):
         self.netns = netns
         #: The mode asked for: "auto", "driver" or "generic" (`attached_mode`: the kernel's).
         self.mode = mode
-        info = bpf_link_info()
-        size = ctypes.c_uint32(ctypes.sizeof(info))
-        check_int(
-            lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "link info"
-        )
         #: Kernel link id (as in `bpftool link show`).
-        self.id: int = info.id
+        self.id: int = link_id(fd)
 
     @property
     def attached_mode(self) -> str:

@@ -1,4 +1,5 @@
-"""Shared steps of conformance tests whose programs call kfuncs Linux 6.1 lacks."""
+"""Shared steps of conformance tests of tracing and LSM programs: kfuncs Linux 6.1
+lacks, and whether the bpf LSM is active."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def load_kfunc_object(bpf: BpfLoader, path: Path) -> BpfObject:
         if missing and os.uname().release.startswith("6.1."):
             pytest.skip(f"{os.uname().release}: {missing[0].strip()}")
         raise
+
+
+#: Where the kernel lists its active LSMs (`CONFIG_LSM`, or the `lsm=` boot parameter).
+LSM_LIST = Path("/sys/kernel/security/lsm")
+
+
+def bpf_lsm_or_skip() -> None:
+    """Skip, saying why, unless the bpf LSM is active (a kernel started without it runs
+    no LSM program: `pytest-lbr vm --append lsm=...,bpf`); the test marks allow_skip."""
+    active = LSM_LIST.read_text().strip() if LSM_LIST.exists() else "(no such file)"
+    if "bpf" not in active.split(","):
+        pytest.skip(f"the bpf LSM is not active: {LSM_LIST} lists {active!r}")

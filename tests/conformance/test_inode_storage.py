@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
 
 import pytest
 
 from tests.conformance.evidence import assert_called, printk_lines, set_global
+from tests.conformance.tasks import bpf_lsm_or_skip
 
 PROG = "count_inode_open"
-LSM_LIST = Path("/sys/kernel/security/lsm")
 #: struct open_stats: opens, last_flags, last_tgid.
 STATS = struct.Struct("<III")
 HELPERS = ("BPF_CORE_READ", "bpf_get_current_pid_tgid", "bpf_inode_storage_get", "bpf_printk")
@@ -34,9 +33,7 @@ HELPERS = ("BPF_CORE_READ", "bpf_get_current_pid_tgid", "bpf_inode_storage_get",
 @pytest.mark.allow_skip  # a kernel started without the bpf LSM runs no LSM program
 @pytest.mark.program_type("lsm (inode storage)")
 def test_lsm_program_counts_our_opens_in_inode_storage(bpf, lbr, built, tmp_path):
-    active = LSM_LIST.read_text().strip() if LSM_LIST.exists() else "(no such file)"
-    if "bpf" not in active.split(","):
-        pytest.skip(f"the bpf LSM is not active: {LSM_LIST} lists {active!r}")
+    bpf_lsm_or_skip()
     obj = bpf.load(built("inode_storage"))
     prog = obj.programs[PROG]
     pid = os.getpid()

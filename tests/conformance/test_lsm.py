@@ -18,14 +18,13 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from pathlib import Path
 
 import pytest
 
 from tests.conformance.evidence import assert_called, printk_lines, set_global
+from tests.conformance.tasks import bpf_lsm_or_skip
 
 PROG = "deny_open"
-LSM_LIST = Path("/sys/kernel/security/lsm")
 HELPERS = (
     "bpf_get_current_pid_tgid",
     "BPF_CORE_READ",
@@ -40,9 +39,7 @@ HELPERS = (
 @pytest.mark.allow_skip  # a kernel started without the bpf LSM runs no LSM program
 @pytest.mark.program_type("lsm")
 def test_lsm_program_denies_our_open(bpf, lbr, built, tmp_path):
-    active = LSM_LIST.read_text().strip() if LSM_LIST.exists() else "(no such file)"
-    if "bpf" not in active.split(","):
-        pytest.skip(f"the bpf LSM is not active: {LSM_LIST} lists {active!r}")
+    bpf_lsm_or_skip()
     obj = bpf.load(built("lsm"))
     prog = obj.programs[PROG]
     pid = os.getpid()
@@ -68,17 +65,5 @@ def test_lsm_program_denies_our_open(bpf, lbr, built, tmp_path):
 
     text = str(trace)
     assert len([h for h in trace.hits if h.pid == pid]) >= 2, text
-    assert_called(
-        trace,
-        "deny_open",
-        (
-            "bpf_get_current_pid_tgid",
-            "BPF_CORE_READ",
-            "bpf_probe_read_kernel_str",
-            "bpf_map_lookup_elem",
-            "bpf_spin_lock",
-            "bpf_spin_unlock",
-            "bpf_printk",
-        ),
-    )
+    assert_called(trace, "deny_open", HELPERS)
     assert "(unseen caller)" not in text, text

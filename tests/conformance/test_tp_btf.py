@@ -21,7 +21,6 @@ import time
 
 import pytest
 
-from pytest_lbr.bpf import BpfLoadError
 from tests.conformance.evidence import (
     assert_called,
     global_vars,
@@ -29,6 +28,7 @@ from tests.conformance.evidence import (
     printk_lines,
     set_global,
 )
+from tests.conformance.tasks import load_kfunc_object
 
 PROG = "handle_fork"
 #: struct fork_info: parent_tgid, child_pid, forked_ns.
@@ -95,13 +95,7 @@ def test_tp_btf_holds_the_child_with_kfuncs(bpf, lbr, built):
     bpf_rcu_read_unlock. Those kfuncs came with Linux 6.2 (commits 90660309b0c7 and
     9bb00b2895cb): where the kernel's BTF lacks them, libbpf refuses the object and
     the test skips with libbpf's words."""
-    try:
-        obj = bpf.load(built("task_kfuncs"))
-    except BpfLoadError as exc:
-        missing = [line for line in exc.log.splitlines() if "not found in kernel" in line]
-        if missing and os.uname().release.startswith("6.1."):
-            pytest.skip(f"{os.uname().release}: {missing[0].strip()}")
-        raise
+    obj = load_kfunc_object(bpf, built("task_kfuncs"))
     prog = obj.programs["fork_kfuncs"]
     pid = os.getpid()
     set_global(obj, "target_tgid", pid)
