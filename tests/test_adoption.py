@@ -62,8 +62,8 @@ import os
 
 import pytest
 
-# xdist_group: with `-n 2 --dist loadgroup` (ci/test), the tests that boot guests share
-# one worker, so no more than two guests run on the 2 cores.
+# xdist_group: with `-n 2 --dist loadgroup` the tests that boot guests share one worker
+# (pytest 8). ci/test runs this module on its own, beside the kernel guests.
 pytestmark = [pytest.mark.kernel, pytest.mark.xdist_group("guests")]
 
 XDP_PASS = 2

@@ -1,5 +1,5 @@
 """The package's imports follow the layers of docs/architecture.md, without cycles,
-and the README's layout table names paths that exist."""
+and its layout tree names the paths that exist."""
 
 from __future__ import annotations
 
@@ -109,22 +109,45 @@ def test_there_is_no_import_cycle() -> None:
             visit(node)
 
 
-def test_the_readme_layout_names_paths_that_exist() -> None:
-    text = (REPO / "README.md").read_text()
-    table = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    cells = re.findall(r"^\| (.+?) \|", table, re.M)
+def _layout() -> list[str]:
+    """The paths of docs/architecture.md's package tree: a code block under "## Layout",
+    one line a path (or several, comma-separated; globs allowed), indented under its folder."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    assert "\n## Layout\n" in text, "docs/architecture.md has no Layout section"
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    tree = re.search(r"^```\n(.*?)^```", section, re.S | re.M)
+    assert tree, "docs/architecture.md's Layout has no tree"
+    folders: list[tuple[int, str]] = []  # (indent, path) of the folders enclosing a line
+    paths = []
+    for line in tree.group(1).splitlines():
+        indent = len(line) - len(line.lstrip())
+        names = re.split(r"\s{2,}", line.strip(), maxsplit=1)[0]
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        parent = folders[-1][1] if folders else ""
+        paths += [parent + name for name in names.split(", ")]
+        if names.endswith("/"):
+            folders.append((indent, parent + names))
+    return paths
+
+
+def test_the_layout_names_paths_that_exist() -> None:
+    paths = _layout()
+    assert len(paths) > 10, f"docs/architecture.md's tree names only {paths}"
     built = {"pytest_lbr/objects/"}  # made by the wheel build (setup.py), not in git
-    named = 0
-    for cell in cells:
-        paths = re.findall(r"`([^`]+)`", cell)
-        for i, path in enumerate(paths):
-            # `pytest_lbr/vm.py`, `guest.py`: a bare name lives beside the cell's first path
-            if i and "/" not in path:
-                path = str(Path(paths[0]).parent / path)
-            named += 1
-            if path not in built:
-                assert (REPO / path).exists(), f"README layout names {path}, which does not exist"
-    assert named, "README.md has no layout table"
+    missing = [p for p in paths if p not in built and not list(REPO.glob(p.rstrip("/")))]
+    assert not missing, f"docs/architecture.md's layout names paths that do not exist: {missing}"
+
+
+def test_the_layout_names_every_module_of_the_package() -> None:
+    paths = _layout()
+    entries = [
+        f"pytest_lbr/{p.name}/" if p.is_dir() else f"pytest_lbr/{p.name}"
+        for p in PACKAGE.iterdir()
+        if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")
+    ]
+    unnamed = [e for e in sorted(entries) if not any(fnmatch.fnmatchcase(e, p) for p in paths)]
+    assert not unnamed, f"not in docs/architecture.md's layout: {unnamed}"
 
 
 def _capture_modules() -> dict[str, Path]:

@@ -279,7 +279,7 @@ def test_object_context_manager_and_finalizer():
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Made by BPF links: not while tests/test_netns.py compares the machine's links.
-links_group = pytest.mark.xdist_group("netns")
+links_group = pytest.mark.machine_state
 
 
 def built_object(folder: str, name: str, path: str) -> Path:

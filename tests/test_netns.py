@@ -30,9 +30,11 @@ from tests.bpf.objects import require_root
 pytest_plugins = ["pytester"]
 
 # `clean` compares machine-wide state (interfaces, namespaces, BPF links) before and
-# after each test: under `-n 2` (ci/test) this module's tests must not run on two
-# workers at once, or one sees the other's namespace come and go.
-pytestmark = pytest.mark.xdist_group("netns")
+# after each test: nothing else may run beside this module's tests, or one sees the
+# other's namespace come and go. ci/test runs `-m machine_state` on its own: xdist's
+# `xdist_group` no longer keeps a group on one worker under pytest 9 (pytest-xdist 3.8
+# sets `item._nodeid`, which pytest 9's nodes no longer read).
+pytestmark = pytest.mark.machine_state
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PORT = 4242  # examples/veth_xdp/veth_xdp.bpf.c counts UDP packets to this port

@@ -35,7 +35,8 @@ from tests.commands import PYTEST_LBR
 VM = [PYTEST_LBR, "vm"]
 DATA = Path(__file__).parent / "data"
 
-#: With `-n 2 --dist loadgroup` (ci/test) the tests that boot guests share one worker.
+#: With `-n 2 --dist loadgroup` the tests that boot guests share one worker (pytest 8;
+#: under pytest 9 xdist 3.8 no longer groups: at most one guest per worker, two at once).
 pytestmark = pytest.mark.xdist_group("guests")
 
 
