@@ -36,8 +36,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from pytest_lbr.capture import BACKENDS, FILTERS, PMUS
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, format_branches, format_hit_header
+from pytest_lbr.names import BackendName, LbrFilter, PmuName, choices
 from pytest_lbr.progress import set_progress
 
 __all__ = ["DoctorCheck", "doctor_checks", "main", "mount_check"]
@@ -591,18 +591,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tr.add_argument(
         "--backend",
-        choices=BACKENDS,
-        default="auto",
+        choices=choices(BackendName),
+        default=BackendName.AUTO.value,
         help="auto (default): LBR where the CPU has it, else graph",
     )
     tr.add_argument(
         "--pmu",
-        choices=PMUS,
-        default="hardware",
+        choices=choices(PmuName),
+        default=PmuName.HARDWARE.value,
         help="what the lbr backend runs on: hardware (default: the CPU's LBR) or software "
         "(software perf events: every hit, no branches, where no CPU has LBR)",
     )
-    tr.add_argument("--filter", choices=FILTERS, help="LBR branch filter (LBR only)")
+    tr.add_argument("--filter", choices=choices(LbrFilter), help="LBR branch filter (LBR only)")
     tr.add_argument("--disasm", action="store_true", help="show the instructions at each branch")
     whose = tr.add_mutually_exclusive_group()
     whose.add_argument("--pid", type=_positive(int), metavar="P", help="trace process P only")

@@ -24,7 +24,6 @@ from contextlib import ExitStack, suppress
 from typing import Any
 
 from pytest_lbr.capture import (
-    BACKENDS,
     REGISTRY,
     Backend,
     Capabilities,
@@ -36,6 +35,7 @@ from pytest_lbr.capture import (
     resolve_backend,
 )
 from pytest_lbr.model import Branch, Hit, Location
+from pytest_lbr.names import BackendName, LbrFilter, PmuName, parse_name
 from pytest_lbr.targets import Target, parse_targets
 from pytest_lbr.tracer import add_source_lines
 
@@ -133,7 +133,9 @@ class LiveTrace:
     "system"; never this process). `backend` "auto" streams with the first backend
     that streams and works here; a backend whose `Capabilities.live` is False is
     refused (`StreamingUnsupported`). `filter`: an LBR branch filter, for a backend
-    that takes one (`Capabilities.filters`).
+    that takes one (`Capabilities.filters`). `backend`, `pmu` and `filter` are
+    checked here (`BackendName`, `PmuName`, `LbrFilter`: a ValueError names the
+    accepted values).
     `vmlinux`: the debug vmlinux for file:line (None: auto-discovered).
     `interval`: seconds between polls.
     """
@@ -149,8 +151,10 @@ class LiveTrace:
         filter: str | None = None,
         pmu: str = "hardware",
     ) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        backend = parse_name(BackendName, backend)
+        pmu = parse_name(PmuName, pmu)
+        if filter is not None:
+            filter = parse_name(LbrFilter, filter)
         if backend != "auto":
             backend_class(backend, pmu)  # ValueError: a backend that does not run on pmu
         #: The PMU the backend runs on (`--pmu`).

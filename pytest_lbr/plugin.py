@@ -13,15 +13,8 @@ import pytest
 
 from pytest_lbr import guest
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
-from pytest_lbr.session import (
-    ALLOW_SPLAT_MARKER,
-    BACKEND_CHOICES,
-    FILTER_CHOICES,
-    PMU_CHOICES,
-    SESSION_KEY,
-    SPLAT_CHOICES,
-    LbrSession,
-)
+from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, SplatMode, choices
+from pytest_lbr.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSession
 
 __all__ = ["bpf", "lbr", "lbr_golden", "veth"]
 
@@ -38,7 +31,7 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "--lbr-backend",
         {
-            "choices": BACKEND_CHOICES,
+            "choices": choices(BackendName),
             "help": "auto (hardware LBR where the CPU has "
             "it, else graph), lbr or graph (default: auto)",
         },
@@ -47,7 +40,7 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "--lbr-pmu",
         {
-            "choices": PMU_CHOICES,
+            "choices": choices(PmuName),
             "help": "what the lbr backend runs on: hardware (the CPU's LBR, default) or "
             "software (software perf events: every hit, no branches; proves targets, hooks "
             "and scopes on the LBR path where no CPU has LBR)",
@@ -59,7 +52,11 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         {"action": "store_true", "help": "tracing unavailable -> error, not skip"},
         "bool",
     ),
-    ("--lbr-filter", {"choices": FILTER_CHOICES, "help": "LBR branch filter (LBR only)"}, "string"),
+    (
+        "--lbr-filter",
+        {"choices": choices(LbrFilter), "help": "LBR branch filter (LBR only)"},
+        "string",
+    ),
     (
         "--lbr-golden-update",
         {"action": "store_true", "help": "write/refresh golden traces instead of comparing"},
@@ -98,7 +95,7 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     (
         "--lbr-kernel-splats",
         {
-            "choices": SPLAT_CHOICES,
+            "choices": choices(SplatMode),
             "help": "fail: a kernel splat (WARNING:, BUG:, Oops, KASAN, RCU stall...) in the "
             "kernel log fails the test it happened in, or the run (default: fail inside "
             "pytest-lbr vm guests, off elsewhere)",
@@ -134,9 +131,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "lbr_scope",
-        "whose work traces record by default: process, children or system "
+        f"whose work traces record by default: {', '.join(choices(ScopeKind))} "
         "(lbr.trace(scope=...) and @pytest.mark.lbr(scope=...) choose per trace)",
-        default="process",
+        default=ScopeKind.PROCESS.value,
     )
     parser.addini(
         "lbr_golden_exclude", "extra functions (globs) left out of golden traces", type="linelist"

@@ -18,6 +18,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_lbr.guest import TRACING_PROPERTY, in_guest
+from pytest_lbr.names import (
+    BackendName,
+    LbrFilter,
+    Name,
+    PmuName,
+    ScopeKind,
+    SplatMode,
+    choices,
+    parse_name,
+)
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
 from pytest_lbr.session_golden import GoldenBook
@@ -32,34 +42,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALLOW_SPLAT_MARKER",
-    "BACKEND_CHOICES",
     "EXIT_CANNOT_TRACE",
-    "FILTER_CHOICES",
-    "LEVEL_CHOICES",
-    "PMU_CHOICES",
     "SESSION_KEY",
-    "SPLAT_CHOICES",
     "LbrSession",
     "TestRecord",
 ]
 
-# Kept here (not imported from pytest_lbr.capture) so option parsing imports nothing heavy;
-# tests/test_plugin.py checks they equal pytest_lbr.capture.BACKENDS / FILTERS / SCOPES / PMUS.
-BACKEND_CHOICES = ("auto", "lbr", "graph")
-PMU_CHOICES = ("hardware", "software")
-FILTER_CHOICES = (
-    "any",
-    "any_call",
-    "any_return",
-    "call",
-    "ind_call",
-    "cond",
-    "call_stack",
-    "ind_jump",
-)
-SCOPE_CHOICES = ("process", "children", "system")
-LEVEL_CHOICES = ("function", "symbol", "line")
-SPLAT_CHOICES = ("fail", "off")
 ALLOW_SPLAT_MARKER = (
     "allow_splat: kernel splats during this test are shown in its report, not failures "
     "(a test that provokes one on purpose)"
@@ -91,11 +79,24 @@ class LbrSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.enabled = bool(self._option("lbr"))
-        self.backend = str(self._option("lbr_backend") or "auto")
-        self.pmu = str(self._option("lbr_pmu") or "hardware")
+        # Each choice is checked here, where the option or ini key arrives (argparse
+        # checks the command line's; nothing checks an ini file's but this).
+        self.backend = self._choice(
+            "--lbr-backend / lbr_backend", BackendName, self._option("lbr_backend") or "auto"
+        )
+        self.pmu = self._choice(
+            "--lbr-pmu / lbr_pmu", PmuName, self._option("lbr_pmu") or "hardware"
+        )
         self.require = bool(self._option("lbr_require"))
-        self.filter = self._option("lbr_filter") or None
-        self.scope = str(self.config.getini("lbr_scope") or "process")
+        chosen_filter = self._option("lbr_filter") or None
+        self.filter = (
+            None
+            if chosen_filter is None
+            else self._choice("--lbr-filter / lbr_filter", LbrFilter, chosen_filter)
+        )
+        self.scope = self._choice(
+            "lbr_scope", ScopeKind, self.config.getini("lbr_scope") or "process"
+        )
         self.vmlinux = self._option("lbr_vmlinux") or None
         report = self._option("lbr_report")
         self.report_dir = Path(report).resolve() if report else None
@@ -106,19 +107,13 @@ class LbrSession:
             and config.getoption("dist", "no") != "no"
             and bool(config.getoption("tx", None))
         )
-        self._check_choice("--lbr-backend / lbr_backend", self.backend, BACKEND_CHOICES)
-        self._check_choice("--lbr-pmu / lbr_pmu", self.pmu, PMU_CHOICES)
         # Kernel splats: on by default only in a pytest-lbr vm guest; a developer's own
         # kernel log holds other people's warnings.
-        self.splat_mode = str(
-            self._option("lbr_kernel_splats") or ("fail" if in_guest() else "off")
+        self.splat_mode = self._choice(
+            "--lbr-kernel-splats / lbr_kernel_splats",
+            SplatMode,
+            self._option("lbr_kernel_splats") or ("fail" if in_guest() else "off"),
         )
-        self._check_choice(
-            "--lbr-kernel-splats / lbr_kernel_splats", self.splat_mode, SPLAT_CHOICES
-        )
-        if self.filter is not None:
-            self._check_choice("--lbr-filter / lbr_filter", self.filter, FILTER_CHOICES)
-        self._check_choice("lbr_scope", self.scope, SCOPE_CHOICES)
         if self.enabled and self.vmlinux:
             self._check_vmlinux(str(self.vmlinux))
         #: What `progress()` reported to before this session (put back at the end).
@@ -174,11 +169,15 @@ class LbrSession:
         return value
 
     @staticmethod
-    def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> None:
-        if value not in choices:
+    def _choice(what: str, kind: type[Name], value: str) -> Name:
+        """The member of `kind` an option or ini key (`what`) names; else a usage error
+        of one line that lists the accepted values."""
+        try:
+            return parse_name(kind, value)
+        except ValueError:
             raise pytest.UsageError(
-                f"{what}: unknown value {value!r}; choose from {', '.join(choices)}"
-            )
+                f"{what}: unknown value {value!r}; choose from {', '.join(choices(kind))}"
+            ) from None
 
     def _progress(self, message: str) -> None:
         """Library progress (a long DWARF read...) as a line of pytest's terminal output."""
@@ -269,7 +268,7 @@ class LbrSession:
             except Exception as e:  # a backend that cannot even be imported is unavailable
                 self._probe = (
                     False,
-                    self.backend,
+                    str(self.backend),  # a plain str: xdist's execnet sends no str subclass
                     f"{self.backend} backend: {type(e).__name__}: {e}",
                 )
         return self._probe

@@ -18,17 +18,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_lbr.capture import (
-    BACKENDS,
-    FILTERS,
-    PMUS,
-    Backend,
-    CaptureError,
-    Scope,
-    resolve_backend,
-)
+from pytest_lbr.capture import Backend, CaptureError, Scope, resolve_backend
 from pytest_lbr.capture.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import parse_targets
 
 __all__ = ["Tracer", "TracingUnavailable", "add_source_lines", "trim_tracer", "trim_tracer_hits"]
@@ -41,13 +34,15 @@ class TracingUnavailable(CaptureError):
 class Tracer:
     """Arms tracing around a block and hands back a fully collected `Trace`.
 
-    `backend` is a name ("auto", "lbr", "graph"), probed on first use, or a
+    `backend` is a name (`BackendName`: "auto", "lbr", "graph"), probed on first use, or a
     `Backend` already resolved (the pytest plugin shares one per session, so
     probing and the graph backend's set-up happen once, not per test). What a
     tracer resolved itself it releases at `close()` (or when used as a context
     manager, or when garbage collected); a shared `Backend` is its owner's.
     `vmlinux` is the debug vmlinux that gives kernel addresses their file:line
-    (None: auto-discovered; the pytest plugin passes --lbr-vmlinux).
+    (None: auto-discovered; the pytest plugin passes --lbr-vmlinux). `filter`, `scope`
+    and `pmu` are an `LbrFilter`, a `ScopeKind` and a `PmuName`; a name that is none
+    of them is a ValueError here, not at the first trace.
     """
 
     def __init__(
@@ -58,19 +53,16 @@ class Tracer:
         scope: str = "process",
         pmu: str = "hardware",
     ) -> None:
-        if isinstance(backend, str) and backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-        if pmu not in PMUS:
-            raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
+        if isinstance(backend, str):
+            backend = parse_name(BackendName, backend)
+        chosen_pmu = parse_name(PmuName, pmu)
         #: The PMU backends this tracer resolves itself run on (`--lbr-pmu`; a shared
         #: `Backend` carries its own).
-        self.pmu = backend.pmu if isinstance(backend, Backend) else pmu
-        check_filter(filter)
-        Scope.of(scope)
+        self.pmu = backend.pmu if isinstance(backend, Backend) else chosen_pmu
+        self._filter = _filter(filter)
         #: The scope of a `trace()` that names none (the plugin's ini key `lbr_scope`).
-        self.scope = scope
+        self.scope: str = parse_name(ScopeKind, scope)
         self._wanted = backend if isinstance(backend, str) else backend.requested
-        self._filter = filter
         self._vmlinux = vmlinux
         self._shared = backend if isinstance(backend, Backend) else None
         #: Backends this tracer resolved itself, by the name asked for (it closes them).
@@ -122,13 +114,12 @@ class Tracer:
         object the trace added is released on exit, whatever happened inside.
         """
         parsed = parse_targets(targets)
-        check_filter(filter)
+        chosen_filter = _filter(filter) or self._filter
         whose = Scope.of(scope or self.scope, pid=pid, cgroup=cgroup)
-        chosen = self._resolve(backend)
+        chosen = self._resolve(parse_name(BackendName, backend) if backend else None)
         cap = chosen.capability
         if not cap.available:
             raise TracingUnavailable(f"{cap.backend} backend unavailable: {cap.reason}")
-        chosen_filter = filter or self._filter
         if chosen_filter and not chosen.capabilities.filters:
             chosen_filter = None  # branch filters are an LBR feature; graph records calls
         capture = chosen.open(parsed, filter=chosen_filter, scope=whose)
@@ -168,11 +159,7 @@ class Tracer:
         wanted = backend or self._wanted
         if self._shared is not None and wanted in (self._wanted, self._shared.name):
             return self._shared
-        if wanted not in self._own:
-            if wanted not in BACKENDS:
-                raise ValueError(
-                    f"unknown backend {wanted!r}; expected one of {', '.join(BACKENDS)}"
-                )
+        if wanted not in self._own:  # a `BackendName`: checked where it was given
             self._own[wanted] = resolve_backend(wanted, pmu=self.pmu)
         return self._own[wanted]
 
@@ -227,7 +214,6 @@ def add_source_lines(
         h.raw_branches = [named(b) for b in h.raw_branches]
 
 
-def check_filter(filter: str | None) -> None:
-    """Raise ValueError naming the accepted values for an unknown LBR filter."""
-    if filter is not None and filter not in FILTERS:
-        raise ValueError(f"unknown LBR filter {filter!r}; expected one of {','.join(FILTERS)}")
+def _filter(filter: str | None) -> LbrFilter | None:
+    """The LBR filter a user named (None: none named; ValueError: not an `LbrFilter`)."""
+    return None if filter is None else parse_name(LbrFilter, filter)

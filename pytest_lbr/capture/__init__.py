@@ -32,6 +32,7 @@ from pytest_lbr.capture.base import (
     as_scope,
 )
 from pytest_lbr.model import Hit, Trace
+from pytest_lbr.names import BackendName, PmuName, parse_name
 from pytest_lbr.targets import Target
 
 __all__ = [
@@ -56,7 +57,8 @@ __all__ = [
 ]
 
 #: Every backend: its name -> "module:class" of its `BackendDriver`, in the order
-#: "auto" prefers them. Imported only when a backend is used.
+#: "auto" prefers them. Imported only when a backend is used. Its names are
+#: `BackendName`'s, "auto" aside, in the same order (tests/test_names.py checks).
 REGISTRY: dict[str, str] = {
     "lbr": "pytest_lbr.capture.lbr:LbrBackend",
     "graph": "pytest_lbr.capture.graph:GraphBackend",
@@ -68,28 +70,28 @@ PMU_REGISTRY: dict[tuple[str, str], str] = {
     ("lbr", "software"): "pytest_lbr.capture.lbr:LbrSoftwareBackend",
 }
 
-#: Backend names a user can ask for.
-BACKENDS = ("auto", *REGISTRY)
-#: PMUs a user can ask for (`--lbr-pmu`).
-PMUS = ("hardware", *sorted({pmu for _, pmu in PMU_REGISTRY}))
+#: Backend names a user can ask for: "auto", then `REGISTRY`'s (`BackendName`).
+BACKENDS = tuple(BackendName)
+#: PMUs a user can ask for (`--lbr-pmu`, `PmuName`): "hardware", and `PMU_REGISTRY`'s.
+PMUS = tuple(PmuName)
 
 
 def backend_class(name: str, pmu: str = "hardware") -> type[BackendDriver]:
-    """The driver class of backend `name` on `pmu` (ValueError naming the known ones
-    otherwise)."""
-    if pmu not in PMUS:
-        raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
+    """The driver class of backend `name` (a `REGISTRY` name) on `pmu` (ValueError
+    naming the known ones otherwise)."""
+    pmu = parse_name(PmuName, pmu)
+    name = parse_name(BackendName, name)
     try:
         where = REGISTRY[name] if pmu == "hardware" else PMU_REGISTRY[(name, pmu)]
     except KeyError:
-        if name in REGISTRY:
-            takes = sorted({n for n, p in PMU_REGISTRY if p == pmu})
+        if name not in REGISTRY:
             raise ValueError(
-                f"the {name} backend does not run on --lbr-pmu={pmu} "
-                f"(only {', '.join(takes)} does): drop --lbr-pmu or pick that backend"
+                "backend 'auto' has no driver of its own: resolve it first (resolve_backend)"
             ) from None
+        takes = sorted({n for n, p in PMU_REGISTRY if p == pmu})
         raise ValueError(
-            f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}"
+            f"the {name} backend does not run on --lbr-pmu={pmu} "
+            f"(only {', '.join(takes)} does): drop --lbr-pmu or pick that backend"
         ) from None
     module, _, cls = where.partition(":")
     found: type[BackendDriver] = getattr(importlib.import_module(module), cls)
@@ -102,14 +104,10 @@ def _runs_on(name: str, pmu: str) -> bool:
 
 def probe(backend: str, pmu: str = "hardware") -> Capability:
     """Probe one concrete backend (a `REGISTRY` name) on `pmu`; never raises."""
-    if backend not in REGISTRY:
-        return Capability(
-            backend, False, f"unknown backend {backend!r}; expected one of {BACKENDS}"
-        )
     try:
         cls = backend_class(backend, pmu)
     except ValueError as exc:
-        return Capability(backend, False, str(exc))
+        return Capability(str(backend), False, str(exc))
     return cls.probe()
 
 

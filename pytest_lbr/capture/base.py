@@ -15,6 +15,7 @@ from typing import ClassVar, Protocol
 
 from pytest_lbr.errors import UserError
 from pytest_lbr.model import Hit, Trace
+from pytest_lbr.names import LbrFilter, ScopeKind, parse_name
 from pytest_lbr.targets import Target
 
 __all__ = [
@@ -30,13 +31,13 @@ __all__ = [
     "as_scope",
 ]
 
-#: Whose work a trace records: this process's threads ("process"), also every
-#: process they start while the trace is armed and those processes' children
+#: Whose work a trace records (`ScopeKind`): this process's threads ("process"), also
+#: every process they start while the trace is armed and those processes' children
 #: ("children"), or every task and interrupt context of the machine ("system").
 #: `pid=` and `cgroup=` (see `Scope`) choose another process or a cgroup instead.
-SCOPES = ("process", "children", "system")
-#: LBR branch filters (perf_event_attr.branch_sample_type), LBR only.
-FILTERS = ("any", "any_call", "any_return", "call", "ind_call", "cond", "call_stack", "ind_jump")
+SCOPES = tuple(ScopeKind)
+#: LBR branch filters (`LbrFilter`: perf_event_attr.branch_sample_type), LBR only.
+FILTERS = tuple(LbrFilter)
 
 
 class CaptureError(UserError, RuntimeError):
@@ -65,11 +66,10 @@ class Scope:
     @classmethod
     def of(cls, scope: str = "process", pid: int | None = None, cgroup: str | None = None) -> Scope:
         """Check and build a scope (ValueError with the accepted values otherwise)."""
-        if scope not in SCOPES:
-            raise ValueError(f"unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+        kind = parse_name(ScopeKind, scope)
         if pid is not None and cgroup is not None:
             raise ValueError("pid= and cgroup= choose whose work is traced: give one of them")
-        if scope == "system" and (pid is not None or cgroup is not None):
+        if kind == "system" and (pid is not None or cgroup is not None):
             raise ValueError('scope="system" traces every task: drop pid= / cgroup=')
         if pid is not None:
             if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
@@ -85,7 +85,7 @@ class Scope:
                     f"cgroup={cgroup!r}: not a cgroup v2 directory (no {path / 'cgroup.threads'})"
                 )
             cgroup = str(path)
-        return cls(scope, pid, cgroup)
+        return cls(kind, pid, cgroup)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -121,7 +121,7 @@ class Scope:
             return f"cgroup {self.cgroup}"
         if self.pid is not None:
             return f"pid {self.pid}" + (" and its children" if self.kind == "children" else "")
-        return self.kind
+        return str(self.kind)  # a plain str, not the `ScopeKind` member
 
 
 #: Why a live capture refuses a scope that records its own process.

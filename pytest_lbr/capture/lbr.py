@@ -35,6 +35,7 @@ from pytest_lbr.capture.trim import trim_tracer_hits
 from pytest_lbr.kernel.machine import BTF_PATH, Machine
 from pytest_lbr.kernel.machine import machine as running_machine
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.names import PmuName
 from pytest_lbr.targets import Target, TargetError
 
 if TYPE_CHECKING:
@@ -128,10 +129,11 @@ _BPF_PROG_TYPE_KPROBE = 2
 _BPF_FUNC_get_branch_snapshot = 176
 _probed: dict[tuple[int, str], Capability] = {}
 
-#: The PMUs the LBR backend runs on (`--lbr-pmu`): "hardware" takes the CPU's branch
-#: records at every hit; "software" opens software-clock perf events instead and
-#: records every hit (who, where, retval, loss) without branches, where no CPU has LBR.
-PMUS = ("hardware", "software")
+#: The PMUs the LBR backend runs on (`--lbr-pmu`, `PmuName`): "hardware" takes the
+#: CPU's branch records at every hit; "software" opens software-clock perf events
+#: instead and records every hit (who, where, retval, loss) without branches, where no
+#: CPU has LBR.
+PMUS = tuple(PmuName)
 
 #: The note a trace taken on software perf events carries.
 NO_BRANCHES_NOTE = (
@@ -366,9 +368,8 @@ class LbrCapture:
         self._machine = machine or running_machine()
         self.filter = filter
         self.scope = as_scope(scope)
-        if pmu not in PMUS:
-            raise ValueError(f"unknown PMU {pmu!r}; expected one of {', '.join(PMUS)}")
-        #: "software": no branch snapshot, software-clock perf events (`PMUS`).
+        #: "software": no branch snapshot, software-clock perf events (`PMUS`; checked
+        #: where it was chosen: `Tracer`, `LiveTrace`, `backend_class`).
         self.pmu = pmu
         #: Read while armed by this process: its own work (printing the hits) is
         #: never recorded, as the graph backend's live capture does.

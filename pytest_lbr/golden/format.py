@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_lbr.model import Trace
+from pytest_lbr.names import GoldenLevel
 
 __all__ = ["FORMAT_VERSION", "LEVELS", "GoldenError", "GoldenFile", "parse", "serialize"]
 
 #: Version of the file format; a file with another version is refused, not guessed at.
 FORMAT_VERSION = 1
-#: Levels of detail: call edges by function name, symbol+offset, or file:line.
-LEVELS = ("function", "symbol", "line")
+#: Levels of detail (`GoldenLevel`): call edges by function name, symbol+offset, or
+#: file:line.
+LEVELS = tuple(GoldenLevel)
 _MAGIC = "# pytest-lbr golden trace"
 
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_lbr.golden.format import LEVELS
 from pytest_lbr.model import CALL_KINDS, FRAME_KINDS, Branch, Trace
+from pytest_lbr.names import GoldenLevel, parse_name
 from pytest_lbr.noise import DEFAULT_EXCLUDE
 
 __all__ = ["Normalization", "normalize"]
@@ -109,9 +109,9 @@ def _collapse_repeats(lines: list[str], max_block: int) -> list[str]:
 def normalize(
     trace: Trace, level: str = "function", norm: Normalization | None = None
 ) -> list[str]:
-    """The edge lines of `trace` at `level`: what a golden file stores and compares."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown golden level {level!r}; expected one of {', '.join(LEVELS)}")
+    """The edge lines of `trace` at `level` (a `GoldenLevel`; ValueError naming them
+    otherwise): what a golden file stores and compares."""
+    level = parse_name(GoldenLevel, level)
     norm = norm or Normalization()
     blocks: list[list[str]] = []
     for hit in trace.hits:
