@@ -9,7 +9,7 @@ guest ended: its status, the runner's error, a kernel panic on the console).
 failure text: rewording a message changes no verdict.
 
 Plain data and I/O only: no pytest. The plugin builds the records (`session.py`), the VM
-runner its guest records (`vm_run.py`); this module writes, reads and summarises them.
+runner its guest records (`vm/run.py`); this module writes, reads and summarises them.
 """
 
 from __future__ import annotations

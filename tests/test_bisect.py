@@ -494,7 +494,7 @@ def _reworded(text: str) -> str:
 
 
 def _guest(results: Path, label: str, end: str, status: int | None, error: str, console: str):
-    from pytest_lbr.vm_run import GuestResult, write_guest_record
+    from pytest_lbr.vm.run import GuestResult, write_guest_record
 
     (results / label).mkdir(parents=True)
     guest = GuestResult(label, 6 if status is None else status, results / label, error=error)
@@ -539,7 +539,7 @@ def test_guest_verdicts_come_from_the_guest_records_whatever_the_runner_says(
 
 
 REWORD_VM = """
-import pytest_lbr.vm_messages as messages
+import pytest_lbr.vm.messages as messages
 
 _say = messages.say
 
@@ -550,7 +550,7 @@ def _reworded(text):
 
 messages.say = lambda message: _say(_reworded(message))
 
-import pytest_lbr.vm_run as run
+import pytest_lbr.vm.run as run
 
 _init = run.GuestError.__init__
 

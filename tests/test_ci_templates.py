@@ -81,7 +81,7 @@ def test_each_template_pins_its_kernels_in_one_place(index: int) -> None:
     """The kernel releases are written once (the matrix); the cache key, the package
     installed and `pytest-lbr vm --kernel` all take them from there, and nothing
     installs an unpinned kernel meta-package."""
-    from pytest_lbr.vm_root import is_release
+    from pytest_lbr.vm.root import is_release
 
     text = _templates()[index]
     releases = re.findall(r"\b\d+\.\d+\.\d+[-+][\w.+~-]*-amd64\b", text)

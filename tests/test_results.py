@@ -163,7 +163,7 @@ def test_the_summary_of_a_guest_run_with_a_mismatch_a_splat_and_a_strict_skip(
     whose skip strict mode fails), a kernel splat the runner found in the guest's log,
     and the summary `pytest-lbr vm` writes, appended to $GITHUB_STEP_SUMMARY."""
     from pytest_lbr.kernel.kmsg import find_splats
-    from pytest_lbr.vm_run import GuestResult, read_guest_results, write_summary
+    from pytest_lbr.vm.run import GuestResult, read_guest_results, write_summary
     from tests.test_plugin import TRACE_HELPER
 
     pytester.makepyfile(tracehelper=TRACE_HELPER)

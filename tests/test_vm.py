@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr import vm, vm_plan, vm_run
+from pytest_lbr import vm
 from pytest_lbr.guest import read_tally
 from pytest_lbr.results import guest_record
 from pytest_lbr.vm import (
@@ -30,6 +30,8 @@ from pytest_lbr.vm import (
     resolve_kernel,
     worst_status,
 )
+from pytest_lbr.vm import plan as vm_plan
+from pytest_lbr.vm import run as vm_run
 from tests.commands import PYTEST_LBR
 
 VM = [PYTEST_LBR, "vm"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.vm import EXIT_NO_GUEST
-from pytest_lbr.vm_root import GuestRoot, RootError, machine_name
+from pytest_lbr.vm.root import GuestRoot, RootError, machine_name
 from tests.commands import PYTEST_LBR
 
 needs_qemu_arm = pytest.mark.skipif(

@@ -4,7 +4,7 @@ With an empty ``set_ftrace_filter`` the function tracer records every function
 every task enters. That is right for one process (its pid list keeps the rest
 out) but a system-wide trace of a program then records the whole machine: in
 the 6.1 guest, a process started during a veth XDP test wrote 886,736 records,
-lost 42,775 of them and took 493 s for 3 packets (issue 27).
+lost 42,775 of them and took 493 s for 3 packets.
 
 Only what a target calls can belong to its hits. So a system-wide trace of
 programs and kernel functions narrows the tracer to a call graph read from the

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, RESULTS_FILE
-from pytest_lbr.vm_env import read_guest_env
-from pytest_lbr.vm_run import STARTED, STATUS
+from pytest_lbr.vm.env import read_guest_env
+from pytest_lbr.vm.run import STARTED, STATUS
 
 __all__ = ["guest_cli", "guest_main"]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pytest_lbr.capture.tracer_object import object_arch
 from pytest_lbr.symbols.cache import cache_dir
-from pytest_lbr.vm_messages import VmError
-from pytest_lbr.vm_root import GuestRoot, is_release, pinned_missing
+from pytest_lbr.vm.messages import VmError
+from pytest_lbr.vm.root import GuestRoot, is_release, pinned_missing
 
 __all__ = [
     "boot_image",

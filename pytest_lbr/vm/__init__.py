@@ -10,9 +10,9 @@ root filesystem read-only), so relative paths and node ids are as on the host;
 only the results directory and `--rw` directories are writable.
 
 This module is the command line and the names callers use; the work is done by
-`vm_host` (the kernel, the tools, KVM, LBR passthrough), `vm_plan` (the vng
-command of one guest), `vm_env` (the environment a guest gets from the host),
-`vm_run` (running a guest, how it ended) and `vm_guest` (the side inside the
+`vm.host` (the kernel, the tools, KVM, LBR passthrough), `vm.plan` (the vng
+command of one guest), `vm.env` (the environment a guest gets from the host),
+`vm.run` (running a guest, how it ended) and `vm.guest` (the side inside the
 guest, `python -m pytest_lbr.vm guest ...`).
 """
 
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_lbr.guest import Shard
-from pytest_lbr.vm_env import GUEST_ENV_FILE, env_option, guest_environment
-from pytest_lbr.vm_guest import guest_cli, guest_main
-from pytest_lbr.vm_host import (
+from pytest_lbr.vm.env import GUEST_ENV_FILE, env_option, guest_environment
+from pytest_lbr.vm.guest import guest_cli, guest_main
+from pytest_lbr.vm.host import (
     find_tools,
     kernel_label,
     kvm_failure,
@@ -40,10 +40,10 @@ from pytest_lbr.vm_host import (
     resolve_kernel,
     strip_escapes,
 )
-from pytest_lbr.vm_messages import VmError, say
-from pytest_lbr.vm_plan import VmPlan, build_command, claim_results_dir
-from pytest_lbr.vm_root import GuestRoot, RootError, machine_name
-from pytest_lbr.vm_run import (
+from pytest_lbr.vm.messages import VmError, say
+from pytest_lbr.vm.plan import VmPlan, build_command, claim_results_dir
+from pytest_lbr.vm.root import GuestRoot, RootError, machine_name
+from pytest_lbr.vm.run import (
     EXIT_NO_GUEST,
     EXIT_SKIP,
     STARTED,
@@ -377,7 +377,3 @@ def _splats_off(pytest_args: Sequence[str]) -> bool:
         ):
             return True
     return False
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_lbr.symbols.cache import cache_dir
-from pytest_lbr.vm_host import boot_image, find_tools, kvm_usable, lbr_passthrough_opts
-from pytest_lbr.vm_messages import VmError, say
-from pytest_lbr.vm_root import GuestRoot
+from pytest_lbr.vm.host import boot_image, find_tools, kvm_usable, lbr_passthrough_opts
+from pytest_lbr.vm.messages import VmError, say
+from pytest_lbr.vm.root import GuestRoot
 
 __all__ = ["VmPlan", "build_command", "claim_results_dir"]
 

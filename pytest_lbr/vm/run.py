@@ -36,10 +36,10 @@ from pytest_lbr.results import (
     read_results,
     summary_markdown,
 )
-from pytest_lbr.vm_env import write_guest_env
-from pytest_lbr.vm_host import strip_escapes
-from pytest_lbr.vm_messages import PRINT_LOCK, VmError
-from pytest_lbr.vm_plan import VmPlan
+from pytest_lbr.vm.env import write_guest_env
+from pytest_lbr.vm.host import strip_escapes
+from pytest_lbr.vm.messages import PRINT_LOCK, VmError
+from pytest_lbr.vm.plan import VmPlan
 
 __all__ = [
     "EXIT_NO_GUEST",
