@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import golden
-from pytest_lbr.session import EXIT_CANNOT_TRACE
+from pytest_lbr.plugin.session import EXIT_CANNOT_TRACE
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +149,7 @@ def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile(
         """
-        from pytest_lbr.session import SESSION_KEY
+        from pytest_lbr.plugin.session import SESSION_KEY
 
         def test_opts(request):
             s = request.config.stash[SESSION_KEY]
@@ -495,15 +495,15 @@ def test_only_the_plugin_imports_the_session() -> None:
     importers = []
     for path in sorted((ROOT / "pytest_lbr").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == "pytest_lbr.session":
-                importers.append(path.name)
-            elif isinstance(node, ast.ImportFrom) and node.module == "pytest_lbr":
+            if isinstance(node, ast.ImportFrom) and node.module == "pytest_lbr.plugin.session":
+                importers.append(path.relative_to(ROOT).as_posix())
+            elif isinstance(node, ast.ImportFrom) and node.module == "pytest_lbr.plugin":
                 if any(alias.name == "session" for alias in node.names):
-                    importers.append(path.name)
+                    importers.append(path.relative_to(ROOT).as_posix())
             elif isinstance(node, ast.Import):
-                if any(alias.name == "pytest_lbr.session" for alias in node.names):
-                    importers.append(path.name)
-    assert importers == ["plugin.py"]
+                if any(alias.name == "pytest_lbr.plugin.session" for alias in node.names):
+                    importers.append(path.relative_to(ROOT).as_posix())
+    assert importers == ["pytest_lbr/plugin/__init__.py"]
 
 
 # -- failure messages -------------------------------------------------------------------

@@ -13,7 +13,8 @@ This module is the command line and the names callers use; the work is done by
 `vm.host` (the kernel, the tools, KVM, LBR passthrough), `vm.plan` (the vng
 command of one guest), `vm.env` (the environment a guest gets from the host),
 `vm.run` (running a guest, how it ended) and `vm.guest` (the side inside the
-guest, `python -m pytest_lbr.vm guest ...`).
+guest, `python -m pytest_lbr.vm guest ...`). Tested by tests/test_vm.py,
+test_vm_root.py and test_adoption.py (a third-party project through the wheel).
 """
 
 from __future__ import annotations

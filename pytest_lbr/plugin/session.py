@@ -28,11 +28,11 @@ from pytest_lbr.names import (
     choices,
     parse_name,
 )
+from pytest_lbr.plugin.golden import GoldenBook
+from pytest_lbr.plugin.results import ResultsBook
+from pytest_lbr.plugin.splats import KernelSplats
 from pytest_lbr.progress import ProgressCallback, set_progress
 from pytest_lbr.record import TestRecord
-from pytest_lbr.session_golden import GoldenBook
-from pytest_lbr.session_results import ResultsBook
-from pytest_lbr.session_splats import KernelSplats
 
 if TYPE_CHECKING:
     from pytest_lbr.capture import Backend

@@ -1,7 +1,10 @@
 """pytest glue: options, the `lbr` marker, fixtures and hooks.
 
-Each hook hands off to the `LbrSession` in `config.stash` (pytest_lbr.session);
-nothing heavy is imported here, so without `--lbr` the plugin costs nothing.
+Each hook hands off to the `LbrSession` in `config.stash` (`session.py`), which keeps
+the golden bookkeeping (`golden.py`), the kernel-splat watch (`splats.py`) and the
+results file (`results.py`); nothing heavy is imported here, so without `--lbr` the
+plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py, test_kmsg.py
+(splats), test_results.py, test_golden*.py, and in the guests by tests/kernel/.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import pytest
 from pytest_lbr import guest
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, SplatMode, choices
-from pytest_lbr.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSession
+from pytest_lbr.plugin.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSession
 
 __all__ = ["bpf", "lbr", "lbr_golden", "veth"]
 
