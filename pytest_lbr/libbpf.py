@@ -258,7 +258,7 @@ class BpfLinkCreateOpts(Structure):
 
 
 #: uapi enum bpf_prog_type / bpf_attach_type values libbpf 1.1 has no names for
-#: (pytest_lbr.bpf_attach: tcx and netfilter links).
+#: (pytest_lbr.bpf.attach: tcx and netfilter links).
 BPF_PROG_TYPE_SCHED_CLS = 3
 BPF_PROG_TYPE_NETFILTER = 32  # Linux >= 6.4
 BPF_NETFILTER = 45  # Linux >= 6.4

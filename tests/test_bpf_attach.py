@@ -1,4 +1,4 @@
-"""The pure parts of `pytest_lbr.bpf_attach`: the netfilter link's bpf_attr as the
+"""The pure parts of `pytest_lbr.bpf.attach`: the netfilter link's bpf_attr as the
 kernel reads it (uapi linux/bpf.h, `link_create.netfilter` at offset 16), the argument
 checks made before any syscall, where a named namespace is, and the section table."""
 
@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from pytest_lbr.bpf import _ATTACH_WITH
-from pytest_lbr.bpf_attach import (
+from pytest_lbr.bpf.attach import (
     NETFILTER_HOOKS,
     NEWER_PROG_TYPES,
     NEWER_SECTIONS,
@@ -110,7 +110,7 @@ def test_opening_gives_sections_libbpf_lacks_their_types(
     type, and `prepare_sections` gives it the one a newer libbpf would."""
     from pathlib import Path
 
-    from pytest_lbr.bpf_attach import prepare_sections
+    from pytest_lbr.bpf.attach import prepare_sections
     from pytest_lbr.libbpf import lib
 
     path = Path(__file__).resolve().parent / "conformance" / "build" / f"{name}.bpf.o"

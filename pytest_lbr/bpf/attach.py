@@ -21,7 +21,7 @@ import errno
 import os
 from typing import Protocol
 
-from pytest_lbr.bpf_links import _L, AttachError, Link, _interface, _last, _on, link_id
+from pytest_lbr.bpf.links import _L, AttachError, Link, _interface, _last, _on, link_id
 from pytest_lbr.libbpf import (
     BPF_LINK_CREATE,
     BPF_NETFILTER,

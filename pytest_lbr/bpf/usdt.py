@@ -17,7 +17,7 @@ import os
 from ctypes import Structure, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 from typing import Any, Protocol, TypeVar
 
-from pytest_lbr.bpf_links import AttachError, Link
+from pytest_lbr.bpf.links import AttachError, Link
 from pytest_lbr.libbpf import lib, libbpf_messages
 
 __all__ = ["UsdtOpts", "attach_usdt"]

@@ -17,7 +17,10 @@ Values come back as `bytes`; for per-CPU maps a lookup returns the values of
 every possible CPU back to back, each padded to 8 bytes, as the kernel does.
 
 Every kernel handle is a context manager with `close()`, backed by
-`weakref.finalize`; programs and maps keep their object alive.
+`weakref.finalize`; programs and maps keep their object alive. This package: the
+objects and programs (here), links (`links.py`), attachments libbpf 1.1 cannot make
+(`attach.py`), USDT probes (`usdt.py`), maps (`maps.py`). Tested by tests/test_harness.py,
+test_bpf_attach.py, test_netns.py, and in the guests by tests/conformance/.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pytest_lbr.bpf_attach import NEWER_PROG_TYPES, FdLink, NetAttach, prepare_sections
-from pytest_lbr.bpf_links import (
+from pytest_lbr.bpf.attach import NEWER_PROG_TYPES, FdLink, NetAttach, prepare_sections
+from pytest_lbr.bpf.links import (
     _L,
     _XDP_HINTS,
     TC_DIRECTIONS,
@@ -48,7 +51,7 @@ from pytest_lbr.bpf_links import (
     _on,
     _tc_attach,
 )
-from pytest_lbr.bpf_maps import Map
+from pytest_lbr.bpf.maps import Map
 from pytest_lbr.errors import UserError
 from pytest_lbr.kernel.helpers import remember_written
 from pytest_lbr.libbpf import (
@@ -728,8 +731,8 @@ class Program(NetAttach):
     ) -> Link:
         """Attach this `SEC("usdt")` program to USDT probe `provider:name` of `binary`
         (`DTRACE_PROBE2(provider, name, ...)`), in process `pid` or every process running
-        it (None); `cookie` is what `bpf_usdt_cookie()` reads (`pytest_lbr.bpf_usdt`)."""
-        from pytest_lbr.bpf_usdt import attach_usdt
+        it (None); `cookie` is what `bpf_usdt_cookie()` reads (`pytest_lbr.bpf.usdt`)."""
+        from pytest_lbr.bpf.usdt import attach_usdt
 
         return attach_usdt(self, binary, provider, name, pid, cookie=cookie)
 
