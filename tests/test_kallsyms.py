@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_lbr.symbols import get_symbolizer
-from pytest_lbr.symbols.kallsyms import KernelSymbols
+from pytest_lbr.symbols.kallsyms import KernelSymbols, Symbol
 
 SAMPLE = """\
 ffffffff81000000 T _stext
@@ -91,15 +92,7 @@ def test_arm64_layout_programs_and_modules_are_below_the_kernel() -> None:
 
 
 def _table(ks: KernelSymbols) -> tuple[object, ...]:
-    return (
-        ks.starts,
-        ks.names,
-        ks.modules,
-        ks._by_name,
-        ks._local,
-        ks._core_start,
-        ks._core_end,
-    )
+    return tuple(ks._table)
 
 
 def test_live_kallsyms_reads_the_same_as_columns_and_as_lines() -> None:
@@ -168,3 +161,49 @@ def test_a_file_read_line_by_line_has_no_protos(tmp_path) -> None:
     assert ks.protos is None  # not /proc/kallsyms: read line by line, no data kept
     columns = KernelSymbols(str(path), columns=True)
     assert columns.protos == [("bpf_map_lookup_elem_proto", 0xFFFFFFFF81300100)]
+
+
+def test_the_running_kernels_table_is_one_per_process(tmp_path: Path) -> None:
+    """The symbolizer, call-site searches and call graphs share one table, so a
+    reload for one of them serves them all."""
+    from pytest_lbr.capture.call_sites import call_sites
+    from pytest_lbr.symbols import Symbolizer
+    from pytest_lbr.symbols.kallsyms import live_kallsyms
+
+    try:
+        table = live_kallsyms()
+    except OSError as e:
+        pytest.skip(f"/proc/kallsyms unreadable here: {e}")
+    assert Symbolizer().kallsyms is table
+    if table.readable:
+        assert call_sites.kallsyms() is table
+    # A table of another file (a saved kallsyms) is that file's own.
+    saved = tmp_path / "kallsyms"
+    saved.write_text("ffffffff81000000 T _stext\nffffffff81000100 T start_kernel\n")
+    other = Symbolizer(kallsyms=str(saved)).kallsyms
+    assert other is not table
+    assert other.address_of("start_kernel") == 0xFFFFFFFF81000100
+
+
+def test_a_reload_reads_only_what_follows_the_core_kernel_again(tmp_path: Path) -> None:
+    """The core kernel's lines do not change while it runs: a reload reuses them
+    (the same objects) and reads the modules' and programs' lines; a changed core
+    (another file) is read again."""
+    path = tmp_path / "kallsyms"
+    core = "ffffffff81000000 T _stext\nffffffff81000100 t local_fn\nffffffff81000200 D x_proto\n"
+    path.write_text(core + "ffffffffc0000000 t bpf_prog_1_a\t[bpf]\n")
+    ks = KernelSymbols(str(path), columns=True)
+    first = ks._core
+    assert first is not None and ks.protos == [("x_proto", 0xFFFFFFFF81000200)]
+    path.write_text(core + "ffffffffc0000000 t bpf_prog_2_b\t[bpf]\n")
+    ks.reload()
+    assert ks._core is first
+    assert ks.lookup(0xFFFFFFFFC0000004) == Symbol("bpf_prog_2_b", 4, "bpf")
+    assert ks.address_of("bpf_prog_1_a") is None and ks.is_local(0xFFFFFFFF81000100)
+    path.write_text(core.replace("local_fn", "renamed_fn"))
+    ks.reload()
+    assert ks._core is not first
+    assert ks.lookup(0xFFFFFFFF81000104) == Symbol("renamed_fn", 4, None)
+    assert ks.lookup(0xFFFFFFFFC0000004) == Symbol(
+        "renamed_fn", 0xFFFFFFFFC0000004 - 0xFFFFFFFF81000100, None
+    )

@@ -48,7 +48,7 @@ class CallSites:
         self._symbols: KernelSymbols | None = None
         self._broken = False
         #: Functions kallsyms did not list as asked even after a reload: asked again
-        #: (a trace asks per record), they are not read again (2 s under TCG).
+        #: (a trace asks per record), they are not read again (the whole file).
         self._unknown: set[tuple[str | None, int]] = set()
         #: `through` answers, by (caller, its start, callee): each is a search of every
         #: function the caller calls.
@@ -135,10 +135,10 @@ class CallSites:
 
     def _kallsyms(self) -> KernelSymbols | None:
         if self._symbols is None and not self._broken:
-            from pytest_lbr.symbols.kallsyms import KernelSymbols
+            from pytest_lbr.symbols.kallsyms import live_kallsyms
 
             try:
-                self._symbols = KernelSymbols()
+                self._symbols = live_kallsyms()
             except OSError:
                 self._broken = True
             if self._symbols is not None and not self._symbols.readable:
@@ -146,7 +146,7 @@ class CallSites:
         return self._symbols
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=4096)
 def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
     """(return address, target) of each direct call in function `name`'s live code,
     and (jump address, target) of each jump out of it (a tail call)."""

@@ -29,7 +29,6 @@ anything deeper are not recorded either: the trace's note says so.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -42,7 +41,7 @@ from pytest_lbr.kernel.tracefs import TRACEFS_NOT_MOUNTED, find_tracefs
 from pytest_lbr.libbpf import BpfError
 from pytest_lbr.symbols.bpfprog import jited_image
 from pytest_lbr.symbols.disasm import Instruction, KcoreReader, call_targets, disassemble
-from pytest_lbr.symbols.kallsyms import KernelSymbols
+from pytest_lbr.symbols.kallsyms import KernelSymbols, live_kallsyms
 from pytest_lbr.targets import Target
 
 __all__ = [
@@ -204,13 +203,12 @@ def narrowing(targets: Sequence[Target]) -> Narrowing:
 
 
 #: Call graphs already read, by (roots, depth): the kernel's text does not change
-#: while it runs, and reading it costs seconds under TCG (tests trace the same
+#: while it runs, and reading it means disassembling many functions (tests trace the same
 #: program, loaded anew, test after test).
 _CLOSURES: dict[tuple[frozenset[int], int], Narrowing] = {}
 
 
-@functools.cache
 def _kernel_symbols() -> KernelSymbols:
-    """/proc/kallsyms read once per process: the core kernel's functions, which
-    is all a call graph under helpers needs (two seconds to parse under TCG)."""
-    return KernelSymbols()
+    """The process's /proc/kallsyms table (`live_kallsyms`): the core kernel's
+    functions are all a call graph under helpers needs."""
+    return live_kallsyms()

@@ -17,7 +17,7 @@ from ..model import InlineFrame, Location, ProgramCalls
 from .bpfprog import BpfPrograms, ProgramLines
 from .frame import Frame
 from .helpers import HelperNames
-from .kallsyms import KernelSymbols, Symbol
+from .kallsyms import KALLSYMS, KernelSymbols, Symbol, live_kallsyms
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 
 __all__ = ["Symbolizer", "flush_symbolizers", "frames_to_location", "get_symbolizer"]
@@ -46,7 +46,8 @@ class Symbolizer:
 
     def __init__(self, vmlinux: str | None = None, kallsyms: str = "/proc/kallsyms") -> None:
         self._lock = threading.Lock()
-        self.kallsyms = KernelSymbols(kallsyms)
+        # The running kernel's table is shared with the call-site searches.
+        self.kallsyms = live_kallsyms() if kallsyms == KALLSYMS else KernelSymbols(kallsyms)
         self.bpf = BpfPrograms(self._describe)
         self._helpers: HelperNames | None = None
         self._bpf_read = False

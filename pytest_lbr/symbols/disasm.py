@@ -12,8 +12,7 @@ import ctypes
 import os
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import capstone
 
@@ -47,9 +46,11 @@ _ARCHES = {
 }
 
 
-@dataclass(frozen=True)
-class Instruction:
-    """One decoded instruction, with its source location when known."""
+class Instruction(NamedTuple):
+    """One decoded instruction, with its source location when known.
+
+    A named tuple, not a dataclass: call-site searches decode whole functions,
+    and a tuple is the cheapest immutable record Python builds."""
 
     addr: int
     size: int
@@ -73,9 +74,11 @@ def disassemble(code: bytes, addr: int, arch: str = "x86_64") -> list[Instructio
     except KeyError:
         raise ValueError(f"no disassembler for architecture {arch!r}") from None
     md = capstone.Cs(cs_arch, cs_mode)
+    # disasm_lite: plain tuples, no per-instruction detail objects (the full
+    # objects cost about twice as much, and call-site searches decode whole functions).
     return [
-        Instruction(i.address, i.size, i.mnemonic, i.op_str, bytes(i.bytes))
-        for i in md.disasm(code, addr)
+        Instruction(at, size, mnemonic, operands, code[at - addr : at - addr + size])
+        for at, size, mnemonic, operands in md.disasm_lite(code, addr)
     ]
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import bisect
 import operator
+import threading
 import time
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
+from typing import NamedTuple
 
-__all__ = ["KALLSYMS", "KernelSymbols", "Symbol"]
+__all__ = ["KALLSYMS", "KernelSymbols", "Symbol", "live_kallsyms"]
 
 KALLSYMS = "/proc/kallsyms"
 
@@ -33,6 +35,19 @@ class Symbol:
     module: str | None
 
 
+class _Table(NamedTuple):
+    """One read of the file: swapped in whole by `reload`, so a reader in another
+    thread (a live trace's) never sees one read's addresses with another's names."""
+
+    starts: list[int]
+    names: list[str]
+    modules: list[str | None]
+    by_name: dict[str, int]
+    local: set[int]
+    core_start: int
+    core_end: int
+
+
 class KernelSymbols:
     """A sorted table of code symbols, as /proc/kallsyms showed them at load time."""
 
@@ -42,9 +57,9 @@ class KernelSymbols:
         #: /proc/kallsyms, whose format the kernel guarantees (s_show() in
         #: kernel/kallsyms.c: "%px %c %s\n", names without blanks).
         self.columns = path == KALLSYMS if columns is None else columns
-        self.starts: list[int] = []
-        self.names: list[str] = []
-        self.modules: list[str | None] = []
+        self._table = _Table([], [], [], {}, set(), 0, 0)
+        #: The core kernel's part of the last read, reused while its text is the same.
+        self._core: _Core | None = None
         #: time.monotonic() when the table was last read (just before reading).
         self.read_at = 0.0
         #: (name, address) of the core kernel's `*_proto` data symbols, in file
@@ -64,29 +79,29 @@ class KernelSymbols:
             text = f.read()
         # The core kernel's lines come first, sorted by address, three words each
         # (scripts/kallsyms sorts them), and are most of the file: read as columns
-        # (C loops: 1.1 s of a session's start in the 6.12 guest under TCG, line
-        # by line). Modules and BPF programs follow, each line tagged "[name]".
+        # (C loops, where line by line would be Python's). Modules and BPF
+        # programs follow, each line tagged "[name]".
         tagged = text.find("\t[")
         split = len(text) if tagged < 0 else text.rfind("\n", 0, tagged) + 1
-        words = text[:split].split() if self.columns else []
-        core = _core_columns(words, text.count("\n", 0, split)) if self.columns else None
-        # The helpers' protos come from this read too: one read of the file a
-        # session, not one more (about a second under TCG).
-        self.protos = _protos(words) if core is not None else None
+        core = self._core
+        if self.columns and (core is None or core.text != text[:split]):
+            # A reload finds the core kernel as it was (it does not change while
+            # the kernel runs): only the modules' and programs' lines are read again.
+            core = self._core = _read_core(text[:split])
         if core is None:  # line by line
-            core, split = ([], [], []), 0
-        starts, names, types = core
+            core, split = _NO_CORE, 0
+        self.protos = core.protos
+        starts, names = core.starts, core.names
         rows = _rows(text[split:])
-        by_name = dict(zip(reversed(names), reversed(starts), strict=True))  # first one wins
-        local = set(compress(starts, map("t".__eq__, types)))
+        by_name = dict(core.by_name)
+        local = set(core.local)
         for addr, name, _, kind in rows:
             by_name.setdefault(name, addr)
             if kind == "t":
                 local.add(addr)
         modules: list[str | None] = [None] * len(starts)
-        in_order = all(map(operator.le, starts, islice(starts, 1, None)))
         rows.sort(key=_ADDRESS)  # stable: aliases keep their kallsyms order
-        if in_order and (not rows or not starts or rows[0][0] >= starts[-1]):
+        if core.in_order and (not rows or not starts or rows[0][0] >= starts[-1]):
             starts = starts + [r[0] for r in rows]
             names = names + [r[1] for r in rows]
             modules += [r[2] for r in rows]
@@ -97,13 +112,24 @@ class KernelSymbols:
             starts = [r[0] for r in merged]
             names = [r[1] for r in merged]
             modules = [r[2] for r in merged]
-        self.starts, self.names, self.modules = starts, names, modules
-        self._by_name = by_name
-        self._local = local
-        core_addrs = list(compress(starts, map(operator.is_, modules, repeat(None))))
-        self._core_start, self._core_end = (
-            (min(core_addrs), max(core_addrs)) if core_addrs else (0, 0)
-        )
+        core_addrs = [*core.bounds, *(r[0] for r in rows if r[2] is None)]
+        core_start, core_end = (min(core_addrs), max(core_addrs)) if core_addrs else (0, 0)
+        self._table = _Table(starts, names, modules, by_name, local, core_start, core_end)
+
+    @property
+    def starts(self) -> list[int]:
+        """The symbols' addresses, ascending."""
+        return self._table.starts
+
+    @property
+    def names(self) -> list[str]:
+        """The symbols' names, in `starts` order."""
+        return self._table.names
+
+    @property
+    def modules(self) -> list[str | None]:
+        """The symbols' modules (None: core kernel), in `starts` order."""
+        return self._table.modules
 
     @property
     def readable(self) -> bool:
@@ -112,26 +138,28 @@ class KernelSymbols:
 
     def address_of(self, name: str) -> int | None:
         """The live address of a symbol (first one of that name)."""
-        return self._by_name.get(name)
+        return self._table.by_name.get(name)
 
     def lookup(self, addr: int) -> Symbol | None:
         """The symbol at or before `addr`, or None before the first symbol."""
-        i = bisect.bisect_right(self.starts, addr) - 1
+        t = self._table
+        i = bisect.bisect_right(t.starts, addr) - 1
         if i < 0:
             return None
         # Several names at one address (aliases): take the first, kallsyms order.
-        start = self.starts[i]
-        j = bisect.bisect_left(self.starts, start, 0, i)
-        return Symbol(self.names[j], addr - start, self.modules[j])
+        start = t.starts[i]
+        j = bisect.bisect_left(t.starts, start, 0, i)
+        return Symbol(t.names[j], addr - start, t.modules[j])
 
     def is_local(self, addr: int) -> bool:
         """Whether a file-local (static, type `t`) function starts at `addr`."""
-        return addr in self._local
+        return addr in self._table.local
 
     def end_of(self, addr: int) -> int | None:
         """Start of the next symbol after the one containing `addr` (its end bound)."""
-        i = bisect.bisect_right(self.starts, addr)
-        return self.starts[i] if i < len(self.starts) else None
+        starts = self._table.starts
+        i = bisect.bisect_right(starts, addr)
+        return starts[i] if i < len(starts) else None
 
     def in_core(self, addr: int) -> bool:
         """True if addr lies in the core kernel's symbol range (not modules/BPF)."""
@@ -139,10 +167,67 @@ class KernelSymbols:
         # and JIT images live gigabytes away: above the kernel on x86-64
         # (0xffffffffa0000000 and up), below it on arm64 (0xffff8000...: the
         # module and BPF JIT area under the kernel image).
-        return bool(self.starts) and self._core_start <= addr < self._core_end + (2 << 20)
+        t = self._table
+        return bool(t.starts) and t.core_start <= addr < t.core_end + (2 << 20)
 
 
 _ADDRESS = operator.itemgetter(0)
+
+
+class _Core(NamedTuple):
+    """The core kernel's lines of one read, as columns."""
+
+    text: str
+    starts: list[int]
+    names: list[str]
+    by_name: dict[str, int]
+    local: frozenset[int]
+    protos: list[tuple[str, int]] | None
+    #: Whether `starts` ascend (the merge with module lines relies on it).
+    in_order: bool
+    #: The lowest and highest core address, if any.
+    bounds: tuple[int, ...]
+
+
+_NO_CORE = _Core("", [], [], {}, frozenset(), None, True, ())
+
+
+def _read_core(text: str) -> _Core | None:
+    """The core kernel's lines (`ADDRESS TYPE NAME` each) as columns; None when a
+    line is not three words (then the file is read line by line)."""
+    words = text.split()
+    columns = _core_columns(words, text.count("\n"))
+    if columns is None:
+        return None
+    starts, names, types = columns
+    return _Core(
+        text,
+        starts,
+        names,
+        dict(zip(reversed(names), reversed(starts), strict=True)),  # first one wins
+        frozenset(compress(starts, map("t".__eq__, types))),
+        # The helpers' protos come from this read too: one read of the file a
+        # session, not one more.
+        _protos(words),
+        all(map(operator.le, starts, islice(starts, 1, None))),
+        (min(starts), max(starts)) if starts else (),
+    )
+
+
+_LIVE: KernelSymbols | None = None
+_LIVE_LOCK = threading.Lock()
+
+
+def live_kallsyms() -> KernelSymbols:
+    """The running kernel's table, one per process: the symbolizer, call-site
+    searches and call graphs share it, so the file is read once and re-read once
+    for all of them when something new appears (`reload`). Raises OSError when
+    /proc/kallsyms cannot be read."""
+    global _LIVE
+    with _LIVE_LOCK:
+        if _LIVE is None:
+            _LIVE = KernelSymbols()
+        return _LIVE
 
 
 def _core_columns(words: list[str], lines: int) -> tuple[list[int], list[str], list[str]] | None:
