@@ -186,18 +186,20 @@ def test_the_running_kernels_table_is_one_per_process(tmp_path: Path) -> None:
 
 
 def test_a_reload_reads_only_what_follows_the_core_kernel_again(tmp_path: Path) -> None:
-    """The core kernel's lines do not change while it runs: a reload reuses them
-    (the same objects) and reads the modules' and programs' lines; a changed core
-    (another file) is read again."""
+    """The core kernel's lines do not change while it runs, and modules' rarely: a
+    reload reuses them (the same objects) and reads the programs' lines; a changed
+    core (another file) is read again."""
     path = tmp_path / "kallsyms"
     core = "ffffffff81000000 T _stext\nffffffff81000100 t local_fn\nffffffff81000200 D x_proto\n"
-    path.write_text(core + "ffffffffc0000000 t bpf_prog_1_a\t[bpf]\n")
+    module = "ffffffffbf000000 t veth_open\t[veth]\n"
+    path.write_text(core + module + "ffffffffc0000000 t bpf_prog_1_a\t[bpf]\n")
     ks = KernelSymbols(str(path), columns=True)
-    first = ks._core
+    first, modules = ks._core, ks._modules
     assert first is not None and ks.protos == [("x_proto", 0xFFFFFFFF81000200)]
-    path.write_text(core + "ffffffffc0000000 t bpf_prog_2_b\t[bpf]\n")
+    path.write_text(core + module + "ffffffffc0000000 t bpf_prog_2_b\t[bpf]\n")
     ks.reload()
-    assert ks._core is first
+    assert ks._core is first and ks._modules is modules
+    assert ks.lookup(0xFFFFFFFFBF000001) == Symbol("veth_open", 1, "veth")
     assert ks.lookup(0xFFFFFFFFC0000004) == Symbol("bpf_prog_2_b", 4, "bpf")
     assert ks.address_of("bpf_prog_1_a") is None and ks.is_local(0xFFFFFFFF81000100)
     path.write_text(core.replace("local_fn", "renamed_fn"))

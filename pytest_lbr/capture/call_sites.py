@@ -53,6 +53,14 @@ class CallSites:
         #: `through` answers, by (caller, its start, callee): each is a search of every
         #: function the caller calls.
         self._through: dict[tuple[str | None, int, int], tuple[CallSite, CallSite] | None] = {}
+        #: JIT images the caller described (`learn`): start -> (name, size).
+        self._learned: dict[int, tuple[str, int]] = {}
+
+    def learn(self, name: str, start: int, size: int) -> None:
+        """A function whose name and extent the caller knows from elsewhere (a BPF
+        program's own info): asked about, it is not looked up in kallsyms, which
+        lists a program loaded since the last read only after reading it all again."""
+        self._learned[start] = (name, size)
 
     def __call__(
         self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0
@@ -111,6 +119,10 @@ class CallSites:
 
     def _function(self, name: str | None, start: int) -> tuple[str, int] | None:
         """(name, size) of the function at `start`, as kallsyms lists it now."""
+        learned = self._learned.get(start)
+        # By name only: a freed image's address may hold another program now.
+        if learned is not None and name == learned[0]:
+            return learned
         syms = self._kallsyms()
         if syms is None or (name, start) in self._unknown:
             return None

@@ -686,6 +686,9 @@ class GraphCapture:
                         (names[k] if k < len(names) else None, lo)
                         for k, (lo, _) in enumerate(ranges)
                     ]
+                    for (name, lo), (_, hi) in zip(self._starts[i], ranges, strict=True):
+                        if name is not None:
+                            call_sites.learn(name, lo, hi - lo)
                     if available is None:
                         available = filter_functions_text(inst.root)
                     self._flows[t.spec] = flow_of(ref.fd, available)

@@ -60,6 +60,8 @@ class KernelSymbols:
         self._table = _Table([], [], [], {}, set(), 0, 0)
         #: The core kernel's part of the last read, reused while its text is the same.
         self._core: _Core | None = None
+        #: The modules' lines of the last read and their rows.
+        self._modules: tuple[str, list[tuple[int, str, str | None, str]]] | None = None
         #: time.monotonic() when the table was last read (just before reading).
         self.read_at = 0.0
         #: (name, address) of the core kernel's `*_proto` data symbols, in file
@@ -92,7 +94,14 @@ class KernelSymbols:
             core, split = _NO_CORE, 0
         self.protos = core.protos
         starts, names = core.starts, core.names
-        rows = _rows(text[split:])
+        # Modules' lines come next, then BPF programs' (kallsyms_update_iter():
+        # modules, ftrace trampolines, BPF, kprobe pages): modules rarely change, so
+        # their rows are reused while their text is the same, as the core's are.
+        bpf_at = text.find("\t[bpf]", split)
+        cut = len(text) if bpf_at < 0 else max(split, text.rfind("\n", 0, bpf_at) + 1)
+        if self._modules is None or self._modules[0] != text[split:cut]:
+            self._modules = (text[split:cut], _rows(text[split:cut]))
+        rows = [*self._modules[1], *_rows(text[cut:])]
         by_name = dict(core.by_name)
         local = set(core.local)
         for addr, name, _, kind in rows:

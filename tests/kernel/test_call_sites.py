@@ -1,0 +1,35 @@
+"""Call sites read from a live JIT image: a program's own extent, learned from its
+info, answers without reading /proc/kallsyms again.
+
+Runs in the guests (/proc/kcore holds the image there).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_lbr.capture.call_sites import CallSites, calls_in
+from pytest_lbr.kernel.programs import program_details
+from tests.bpf.objects import bpf_object, require_root
+
+pytestmark = pytest.mark.kernel
+
+
+def test_a_learned_program_is_answered_from_its_own_extent() -> None:
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    with BpfObject(bpf_object("xdp_helpers")) as obj:
+        prog = obj.programs["xdp_helpers"]
+        details = program_details(prog.fd)
+        start, size = details.functions[0]
+        name = "bpf_prog_xdp_helpers"  # any name: what the trace's records call it
+        calls = calls_in(name, start, size)
+        assert calls, "no call found in the image read through /proc/kcore"
+        ret, target = calls[0]
+        sites = CallSites()
+        sites.learn(name, start, size)
+        assert sites(name, start, target) == (name, start, ret)
+        assert sites._symbols is None  # kallsyms never read for it
+        # Another name at that address (a freed image reused) is not answered from it.
+        assert sites._function("bpf_prog_other", start) != (name, size)
