@@ -83,3 +83,14 @@ def test_jited_bpf_program_disassembly() -> None:
         call = next(i for i in insns if i.mnemonic == "call")
         got = branch_instruction(sym, call.addr)
         assert got is not None and got.mnemonic == "call" and got.location.symbol == "xdp_helpers"
+
+
+def test_only_keeps_the_named_mnemonics_of_the_same_decode() -> None:
+    """`only` filters the decode, it does not re-synchronize it: the kept
+    instructions are those of the full listing, in order."""
+    # push rbp; call +0; mov rbp,rsp; jmp -2; ret
+    code = bytes.fromhex("55 e8 00 00 00 00 48 89 e5 eb fe c3")
+    full = disassemble(code, 0x1000)
+    kept = disassemble(code, 0x1000, only=frozenset({"call", "jmp"}))
+    assert kept == [i for i in full if i.mnemonic in ("call", "jmp")]
+    assert [(i.addr, i.mnemonic) for i in kept] == [(0x1001, "call"), (0x1009, "jmp")]

@@ -169,7 +169,9 @@ def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
     except (OSError, ValueError):
         return []
     arch = machine().name
-    insns = disassemble(code, start, arch)
+    # x86-64 needs only the calls and jumps themselves; arm64 also the mov/movk
+    # that build a `blr` target (`call_targets`).
+    insns = disassemble(code, start, arch, _CALLS_AND_JUMPS.get(arch))
     size_at = {i.addr: i.size for i in insns}
     out = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
     # A tail call: the last call of a function compiled as a jump to another one
@@ -183,6 +185,8 @@ def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
                 out.append((i.addr, target))
     return out
 
+
+_CALLS_AND_JUMPS = {"x86_64": frozenset({"call", "jmp"})}
 
 #: One per process: kallsyms is read once, and again only when a name is new.
 call_sites = CallSites()

@@ -67,8 +67,11 @@ class Instruction(NamedTuple):
         return f"{self.addr:#x}: {self.raw.hex(' '):<30} {self.text}"
 
 
-def disassemble(code: bytes, addr: int, arch: str = "x86_64") -> list[Instruction]:
-    """Decode `code` loaded at `addr`; stops at the first undecodable byte."""
+def disassemble(
+    code: bytes, addr: int, arch: str = "x86_64", only: frozenset[str] | None = None
+) -> list[Instruction]:
+    """Decode `code` loaded at `addr`; stops at the first undecodable byte. With
+    `only`, just the instructions of those mnemonics are kept."""
     try:
         cs_arch, cs_mode = _ARCHES[arch]
     except KeyError:
@@ -79,6 +82,7 @@ def disassemble(code: bytes, addr: int, arch: str = "x86_64") -> list[Instructio
     return [
         Instruction(at, size, mnemonic, operands, code[at - addr : at - addr + size])
         for at, size, mnemonic, operands in md.disasm_lite(code, addr)
+        if only is None or mnemonic in only
     ]
 
 
