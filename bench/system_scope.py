@@ -115,8 +115,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and write its JSON."""
     from pytest_lbr.bpf import BpfLoader
+    from pytest_lbr.bpf.netns import VethPair
     from pytest_lbr.capture import graph_narrow
-    from pytest_lbr.netns import VethPair
 
     args = parse_args(argv)
     depths = [int(d) for d in args.depths.split(",")]

@@ -185,7 +185,7 @@ class LiveTrace:
     def backend(self) -> Backend:
         """The backend, probed on first use."""
         if self._backend is None:
-            from pytest_lbr.libbpf import libbpf_messages
+            from pytest_lbr.bpf.libbpf import libbpf_messages
 
             with ExitStack() as quiet:
                 # The probe's reason says why a backend cannot run; libbpf's chatter

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
+from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg
 from pytest_lbr.symbols.disasm import VmlinuxText, disassemble, instruction_at
 from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines, sample_text_addresses
 

@@ -25,7 +25,7 @@ from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_tra
 from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel import tracefs
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
-from pytest_lbr.report import Node, call_tree
+from pytest_lbr.report.render import Node, call_tree
 from pytest_lbr.targets import parse_target
 
 DATA = Path(__file__).parent / "data"

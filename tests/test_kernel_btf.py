@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from pytest_lbr.bpf.libbpf import lib
 from pytest_lbr.capture import hooks
 from pytest_lbr.capture.tracer_object import tracer_object
 from pytest_lbr.kernel.kernel_btf import TracerOffsets, member_offset, tracer_offsets
-from pytest_lbr.libbpf import lib
 
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 

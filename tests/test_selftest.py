@@ -23,8 +23,8 @@ import pytest
 from pytest_lbr.capture.lbr import decode_branches
 from pytest_lbr.cli import main
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.record import TestRecord
-from pytest_lbr.report import write_test_files
+from pytest_lbr.report.record import TestRecord
+from pytest_lbr.report.render import write_test_files
 from pytest_lbr.selftest import program as selftest_program
 from pytest_lbr.selftest.compare import compare_reports
 from pytest_lbr.selftest.facts import lbr_facts

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import vm
-from pytest_lbr.guest import read_tally
+from pytest_lbr.guest_mode import read_tally
 from pytest_lbr.results import guest_record
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,

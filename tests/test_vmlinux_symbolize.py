@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
+from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg
 from pytest_lbr.symbols.dwarf import Frame
 from pytest_lbr.symbols.vmlinux import (
     VmlinuxError,

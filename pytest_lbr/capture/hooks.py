@@ -21,6 +21,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pytest_lbr.bpf.libbpf import (
+    BpfError,
+    KprobeMultiOpts,
+    KprobeOpts,
+    ObjectOpenOpts,
+    TracepointOpts,
+    UprobeOpts,
+    check_int,
+    lib,
+    libbpf_messages,
+    prog_info,
+)
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
 from pytest_lbr.capture.tracer_maps import POOLED, MapSet, RingReader, TracerMaps
@@ -34,18 +46,6 @@ from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
 from pytest_lbr.kernel.kernel_btf import tracer_offsets
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.percpu import preempt_count_symbols
-from pytest_lbr.libbpf import (
-    BpfError,
-    KprobeMultiOpts,
-    KprobeOpts,
-    ObjectOpenOpts,
-    TracepointOpts,
-    UprobeOpts,
-    check_int,
-    lib,
-    libbpf_messages,
-    prog_info,
-)
 from pytest_lbr.targets import Target
 
 __all__ = ["DEFAULT_GLOB_FALLBACK", "HookSet", "try_load_fexit"]

@@ -188,9 +188,9 @@ def branch_events_problem(exc: OSError) -> str:
 
 def _probe_hooks() -> str:
     """Why the tracer's hooks cannot load here ("" if they can): what every PMU needs."""
+    from pytest_lbr.bpf.libbpf import BpfError, libbpf_version, libbpf_version_problem
     from pytest_lbr.capture import hooks
     from pytest_lbr.capture.tracer_object import tracer_not_built, tracer_object
-    from pytest_lbr.libbpf import BpfError, libbpf_version, libbpf_version_problem
 
     if not _has_caps():
         return "not root and missing CAP_BPF+CAP_PERFMON"
@@ -251,8 +251,8 @@ def _probe() -> str:
 
 def _snapshot_problem() -> str:
     """Why bpf_get_branch_snapshot() gives no records at a tracepoint here ("" if it does)."""
+    from pytest_lbr.bpf.libbpf import lib
     from pytest_lbr.capture import hooks
-    from pytest_lbr.libbpf import lib
     from pytest_lbr.targets import parse_target
 
     helper = lib.libbpf_probe_bpf_helper(_BPF_PROG_TYPE_KPROBE, _BPF_FUNC_get_branch_snapshot, None)

@@ -30,7 +30,7 @@ import threading
 from ctypes import CFUNCTYPE, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
 
-from pytest_lbr.libbpf import BpfError, check_int, lib
+from pytest_lbr.bpf.libbpf import BpfError, check_int, lib
 
 __all__ = ["POOLED", "SPARE_SETS", "MapSet", "RingReader", "TracerMaps"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pytest_lbr.libbpf import BpfError, lib
+from pytest_lbr.bpf.libbpf import BpfError, lib
 
 __all__ = [
     "MIN_CLANG",

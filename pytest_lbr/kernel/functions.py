@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from ctypes import POINTER, c_uint32
 from pathlib import Path
 
+from pytest_lbr.bpf.libbpf import lib
 from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS
-from pytest_lbr.libbpf import lib
 from pytest_lbr.noise import TRACER_OWN_FUNCTIONS
 from pytest_lbr.targets import Target
 

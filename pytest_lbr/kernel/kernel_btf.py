@@ -15,7 +15,7 @@ import ctypes
 import functools
 from dataclasses import dataclass
 
-from pytest_lbr.libbpf import btf_member, btf_type, lib
+from pytest_lbr.bpf.libbpf import btf_member, btf_type, lib
 
 __all__ = ["TracerOffsets", "member_offset", "tracer_offsets"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from pytest_lbr.libbpf import (
+from pytest_lbr.bpf.libbpf import (
     BPF_TAG_SIZE,
     BpfError,
     bpf_func_info,

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from ctypes import c_uint32, c_uint64
 from dataclasses import dataclass, replace
 
+from ..bpf.libbpf import BpfError, prog_info
 from ..kernel.helpers import BPF_MAP_TYPE_PROG_ARRAY, map_type
 from ..kernel.programs import Btf, open_program, program_details, program_ids
-from ..libbpf import BpfError, prog_info
 from ..model import Location, ProgramCalls
 from .helpers import tail_callers
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import capstone
 
-from ..libbpf import lib
+from ..bpf.libbpf import lib
 from ..model import Location
 from .bpfprog import jited_image
 

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..bpf.libbpf import BpfError
 from ..kernel.helpers import (
     decode_insns,
     helper_ids,
@@ -27,7 +28,6 @@ from ..kernel.helpers import (
     xlated_calls,
     xlated_insns,
 )
-from ..libbpf import BpfError
 from ..model import HelperCall, ProgramCalls
 
 __all__ = [

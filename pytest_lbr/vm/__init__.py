@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import Shard
+from pytest_lbr.guest_mode import Shard
 from pytest_lbr.vm.env import GUEST_ENV_FILE, env_option, guest_environment
 from pytest_lbr.vm.guest import guest_cli, guest_main
 from pytest_lbr.vm.host import (

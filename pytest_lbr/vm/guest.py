@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, RESULTS_FILE
+from pytest_lbr.guest_mode import ENV_GUEST, ENV_RESULTS, ENV_STRICT, RESULTS_FILE
 from pytest_lbr.vm.env import read_guest_env
 from pytest_lbr.vm.run import STARTED, STATUS
 

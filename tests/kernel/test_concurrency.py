@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.libbpf import check_int, lib
+from pytest_lbr.bpf.libbpf import check_int, lib
 from tests.bpf.objects import bpf_object
 from tests.commands import PYTEST_QUIET
 
@@ -40,7 +40,7 @@ INNER = textwrap.dedent(
 
     from pytest_lbr.kernel import perf
     from pytest_lbr.capture.lbr import LbrCapture
-    from pytest_lbr.libbpf import bpf_test_run_opts, check_int, lib
+    from pytest_lbr.bpf.libbpf import bpf_test_run_opts, check_int, lib
     from pytest_lbr.targets import parse_target
 
     PIN = os.environ["LBR_CONCURRENCY_PIN"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.guest import ENV_RESULTS
+from pytest_lbr.guest_mode import ENV_RESULTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 

@@ -19,6 +19,10 @@ library's slow steps goes to stderr.
 Exit status: 0 success (trace ended by Ctrl-C included), 1 `diff` found a
 difference, `doctor` found tracing impossible or `fetch-vmlinux` could not
 fetch, 2 usage or input error, 130 a second Ctrl-C cut a collection short.
+
+This package: the command line (here) and `fetch_vmlinux.py` (the one place that runs
+apt-get, for `fetch-vmlinux`). Tested by tests/test_cli.py, test_arm64_vmlinux.py, and
+in the guests by tests/kernel/test_cli_kernel.py.
 """
 
 from __future__ import annotations
@@ -281,7 +285,7 @@ class DoctorCheck:
 
 
 def _check(name: str, fn: Callable[[], DoctorCheck]) -> DoctorCheck:
-    from pytest_lbr.libbpf import libbpf_messages
+    from pytest_lbr.bpf.libbpf import libbpf_messages
 
     try:
         with libbpf_messages():  # the check's answer says it; libbpf's chatter would not
@@ -481,7 +485,7 @@ def _doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(_check("mount tracefs", mount_check), file=out, flush=True)
     for check in doctor_checks(args.vmlinux):
         print(check, file=out, flush=True)
-    from pytest_lbr.libbpf import libbpf_messages
+    from pytest_lbr.bpf.libbpf import libbpf_messages
 
     tracer = Tracer("auto")
     with libbpf_messages():
@@ -513,7 +517,7 @@ def _doctor_helpers(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _fetch_vmlinux(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
+    from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg
     from pytest_lbr.symbols.vmlinux import VmlinuxError
 
     release = args.release or os.uname().release
@@ -692,7 +696,7 @@ def main(
 
         return vm_main(argv[1:])
     if argv[:1] == ["bisect"]:  # its own parser too (pytest's arguments after `--`)
-        from pytest_lbr.bisect import main as bisect_main
+        from pytest_lbr.bisect.driver import main as bisect_main
 
         return bisect_main(argv[1:], out, err)
     commands = {

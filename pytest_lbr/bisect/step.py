@@ -6,7 +6,7 @@ turn what happened into `git bisect run`'s verdict.
     skip (125) this commit could not be tested: the build failed, the guest did not boot
               or panicked, tracing was impossible, no test was collected or none ran
 
-`git bisect run` starts `python -m pytest_lbr.bisect_step STATE_DIR` at each commit; the
+`git bisect run` starts `python -m pytest_lbr.bisect.step STATE_DIR` at each commit; the
 step reads the plan `pytest-lbr bisect` wrote there, appends its `StepResult` to
 `steps.jsonl` (the driver's end summary reads them back) and exits with the verdict.
 Build and test output go to the step's own directory; only progress lines reach stderr.
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from pytest_lbr.guest import RESULTS_FILE
+from pytest_lbr.guest_mode import RESULTS_FILE
 from pytest_lbr.progress import progress, set_progress
 from pytest_lbr.results import Results, guest_record, read_results
 
@@ -458,7 +458,7 @@ def run_step(plan: BisectPlan, *, extra: bool = False) -> StepResult:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m pytest_lbr.bisect_step STATE_DIR`: what `git bisect run` runs at each commit.
+    """`python -m pytest_lbr.bisect.step STATE_DIR`: what `git bisect run` runs at each commit.
 
     Exits 0, 1 or 125 with the verdict; 130 when interrupted (git then stops the
     bisection); 255 on an internal error (git stops too: a broken step must not be

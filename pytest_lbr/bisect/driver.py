@@ -10,7 +10,7 @@ Two histories:
   `vng --build` plus the config items tracing needs, and booted with
   `pytest-lbr vm --kernel DIR --bisect` to run the tests of the current directory.
 
-Each step (`pytest_lbr.bisect_step`) answers good, bad or skip; this module checks
+Each step (`pytest_lbr.bisect.step`) answers good, bad or skip; this module checks
 the request, drives `git bisect start/run/reset` (the user's checkout comes back at
 the end, on Ctrl-C too) and sums up: the first bad commit, the golden diff that made
 it bad, and the commits that could not be tested, with why.
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal, TextIO
 
-from pytest_lbr.bisect_step import (
+from pytest_lbr.bisect.step import (
     PLAN_FILE,
     BisectPlan,
     StepResult,
@@ -286,7 +286,7 @@ def make_plan(args: argparse.Namespace, cwd: Path) -> tuple[BisectPlan, str, str
 
 def _step_command(plan: BisectPlan) -> list[str]:
     # -P: the bisected checkout (cwd of `git bisect run`) must not shadow pytest_lbr.
-    return [sys.executable, "-P", "-m", "pytest_lbr.bisect_step", plan.state]
+    return [sys.executable, "-P", "-m", "pytest_lbr.bisect.step", plan.state]
 
 
 def dry_run_lines(plan: BisectPlan, good: str, bad: str) -> list[str]:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest import TRACING_PROPERTY, in_guest
+from pytest_lbr.guest_mode import TRACING_PROPERTY, in_guest
 from pytest_lbr.kernel.machine import machine
-from pytest_lbr.record import TestRecord
+from pytest_lbr.report.record import TestRecord
 from pytest_lbr.results import (
     GoldenRecord,
     SessionRecord,

@@ -20,13 +20,13 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_lbr.flame import flame_svg, folded_lines, stacks_of
 from pytest_lbr.golden.storage import safe_file_name
 from pytest_lbr.model import CALL_KINDS, FRAME_KINDS, Trace
+from pytest_lbr.report.flame import flame_svg, folded_lines, stacks_of
 
 if TYPE_CHECKING:
     from pytest_lbr.golden.check import GoldenResult
-    from pytest_lbr.record import TestRecord
+    from pytest_lbr.report.record import TestRecord
 
 __all__ = [
     "MAX_NODES",
