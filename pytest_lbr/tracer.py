@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pytest_lbr.capture import Backend, CaptureError, Scope, resolve_backend
-from pytest_lbr.capture.trim import trim_tracer, trim_tracer_hits
+from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import parse_targets

@@ -92,8 +92,8 @@ def test_path_from_the_working_directory(bpf):
 
 
 def test_the_wheels_lbr_tracer_attaches_and_says_why_no_branches(bpf, lbr):
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.capture.tracer_object import tracer_object
+    from pytest_lbr.capture.hooks.hook_set import HookSet
+    from pytest_lbr.capture.hooks.tracer_object import tracer_object
     from pytest_lbr.targets import parse_target
 
     assert "site-packages" in str(tracer_object())  # the wheel's own object

@@ -38,7 +38,7 @@ def arm64_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_arm64_elf_is_arm64(arm64_elf: Path) -> None:
-    from pytest_lbr.capture.tracer_object import object_arch
+    from pytest_lbr.capture.hooks.tracer_object import object_arch
 
     header = arm64_elf.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64

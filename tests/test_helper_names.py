@@ -237,7 +237,7 @@ def test_a_trace_without_branches_says_why_in_one_line() -> None:
     """The LBR backend on software perf events records hits, never branches: a branch
     query on its trace fails with the reason, not a silent empty answer."""
     from pytest_lbr.assertions import explain_called, explain_has_path
-    from pytest_lbr.capture.lbr import NO_BRANCHES_NOTE
+    from pytest_lbr.capture.lbr.backend import NO_BRANCHES_NOTE
     from pytest_lbr.model import Hit, Trace
 
     why = NO_BRANCHES_NOTE.removeprefix("no branches: ")

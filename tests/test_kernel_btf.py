@@ -15,8 +15,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from pytest_lbr.bpf.libbpf import lib
-from pytest_lbr.capture import hooks
-from pytest_lbr.capture.tracer_object import tracer_object
+from pytest_lbr.capture.hooks import hook_set as hooks
+from pytest_lbr.capture.hooks.tracer_object import tracer_object
 from pytest_lbr.kernel.kernel_btf import TracerOffsets, member_offset, tracer_offsets
 
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")

@@ -409,7 +409,7 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_map_get_next_key", c_int, c_int, c_void_p, c_void_p)
     _proto(cdll, "bpf_prog_test_run_opts", c_int, c_int, c_void_p)
     _proto(cdll, "bpf_prog_load", c_int, c_int, c_char_p, c_char_p, c_void_p, c_size_t, c_void_p)
-    # Attaching the LBR tracer and reading its ring buffer (pytest_lbr.capture.hooks).
+    # Attaching the LBR tracer and reading its ring buffer (pytest_lbr.capture.hooks.hook_set).
     _proto(cdll, "bpf_object__find_program_by_name", c_void_p, c_void_p, c_char_p)
     _proto(cdll, "bpf_object__find_map_by_name", c_void_p, c_void_p, c_char_p)
     _proto(cdll, "bpf_program__set_autoload", c_int, c_void_p, ctypes.c_bool)

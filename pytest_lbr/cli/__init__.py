@@ -317,7 +317,7 @@ def _btf() -> DoctorCheck:
 
 
 def _fentry() -> DoctorCheck:
-    from pytest_lbr.capture.hooks import try_load_fexit
+    from pytest_lbr.capture.hooks.hook_set import try_load_fexit
 
     try:
         try_load_fexit("vfs_write")
@@ -334,7 +334,7 @@ def _fentry() -> DoctorCheck:
 
 
 def _kprobe_multi() -> DoctorCheck:
-    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.hooks.hook_set import HookSet
     from pytest_lbr.targets import parse_target
 
     try:

@@ -169,7 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _check_install() -> None:
     """Stop a tracing session whose install lacks the tracer object, in one line."""
-    from pytest_lbr.capture.tracer_object import install_problem
+    from pytest_lbr.capture.hooks.tracer_object import install_problem
 
     problem = install_problem()
     if problem:

@@ -225,7 +225,7 @@ def _lbr(
     add: Any,
 ) -> None:
     """The LBR items: one run traced by both backends at once, then one run per filter."""
-    from pytest_lbr.capture.tracer_object import tracer_layout
+    from pytest_lbr.capture.hooks.tracer_object import tracer_layout
 
     lbr = Tracer(backend="lbr", vmlinux=vmlinux)
     with ExitStack() as stack:

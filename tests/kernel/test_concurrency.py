@@ -39,7 +39,7 @@ INNER = textwrap.dedent(
     import pytest
 
     from pytest_lbr.kernel import perf
-    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.capture.lbr.backend import LbrCapture
     from pytest_lbr.bpf.libbpf import bpf_test_run_opts, check_int, lib
     from pytest_lbr.targets import parse_target
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture.graph import probe_graph
+from pytest_lbr.capture.graph.backend import probe_graph
 from pytest_lbr.kernel.functions import filter_functions_text
 from pytest_lbr.kernel.tracefs import Instance, find_tracefs
 from pytest_lbr.model import Trace

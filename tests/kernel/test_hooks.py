@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf.libbpf import lib
-from pytest_lbr.capture.hooks import DEFAULT_GLOB_FALLBACK, HookSet
-from pytest_lbr.capture.records import RawHit
-from pytest_lbr.capture.tracer_maps import POOLED, TracerMaps
+from pytest_lbr.capture.hooks.hook_set import DEFAULT_GLOB_FALLBACK, HookSet
+from pytest_lbr.capture.hooks.records import RawHit
+from pytest_lbr.capture.hooks.tracer_maps import POOLED, TracerMaps
 from pytest_lbr.targets import parse_target
 
 pytestmark = pytest.mark.kernel

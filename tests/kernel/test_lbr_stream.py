@@ -19,7 +19,7 @@ import pytest
 
 from pytest_lbr.capture import CaptureError, Scope
 from pytest_lbr.capture.base import LIVE_OWN_PROCESS
-from pytest_lbr.capture.lbr import LbrBackend, LbrCapture
+from pytest_lbr.capture.lbr.backend import LbrBackend, LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Hit
 from pytest_lbr.targets import parse_targets

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture import program_exits
+from pytest_lbr.capture.hooks import program_exits
 from pytest_lbr.tracer import Tracer
 from tests.bpf.objects import XDP_DROP, XDP_HELPERS_DROP_BYTE, XDP_PASS, bpf_object
 from tests.kernel.kernel_state import bpf_ids

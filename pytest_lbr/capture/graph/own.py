@@ -3,14 +3,14 @@
 The function tracer's pid filter and our own BPF programs (the fexit hook that
 reads a traced program's return value) run among the records of the threads a
 trace follows; `TracerOwn` leaves them, and what they called, out of the hits
-(`pytest_lbr.capture.graph_hits`).
+(`pytest_lbr.capture.graph.hits`).
 """
 
 from __future__ import annotations
 
 import re
 
-from pytest_lbr.capture.graph_text import FunctionRecord
+from pytest_lbr.capture.graph.text import FunctionRecord
 from pytest_lbr.noise import TRACER_PROGRAMS
 
 __all__ = ["FTRACE_OWN_PARENTS", "TracerOwn"]

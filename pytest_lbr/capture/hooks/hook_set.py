@@ -5,7 +5,7 @@ kprobe.multi, tracepoint and uprobe kinds, and once more per fentry/fexit
 target (their attach target is fixed at load time). Every object of a set shares
 the first one's ring buffer, per-CPU snapshot slots, lost counter and armed switch
 through reused map fds; the large maps may come from a session's spare sets
-(`capture/tracer_maps.py`). Nothing is pinned; `close()` releases every link and object, also when
+(`capture/hooks/tracer_maps.py`). Nothing is pinned; `close()` releases every link and object, also when
 attaching fails half way.
 """
 
@@ -34,9 +34,9 @@ from pytest_lbr.bpf.libbpf import (
     prog_info,
 )
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.records import ConfigRecord, RawHit, decode_record
-from pytest_lbr.capture.tracer_maps import POOLED, MapSet, RingReader, TracerMaps
-from pytest_lbr.capture.tracer_object import (
+from pytest_lbr.capture.hooks.records import ConfigRecord, RawHit, decode_record
+from pytest_lbr.capture.hooks.tracer_maps import POOLED, MapSet, RingReader, TracerMaps
+from pytest_lbr.capture.hooks.tracer_object import (
     tracer_image,
     tracer_layout,
     tracer_not_built,

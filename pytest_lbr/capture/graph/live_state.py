@@ -12,9 +12,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from pytest_lbr.capture.graph_hits import HitBuilder, hit_event
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
-from pytest_lbr.capture.records import RawHit
+from pytest_lbr.capture.graph.hits import HitBuilder, hit_event
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
+from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.model import Hit
 
 __all__ = [

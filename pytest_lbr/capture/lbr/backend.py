@@ -29,9 +29,9 @@ from pytest_lbr.capture.base import (
     Scope,
     as_scope,
 )
+from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import program_returns, typed_returns
-from pytest_lbr.capture.records import RawHit
-from pytest_lbr.capture.trim import trim_tracer_hits
+from pytest_lbr.capture.lbr.trim import trim_tracer_hits
 from pytest_lbr.kernel.machine import BTF_PATH, Machine
 from pytest_lbr.kernel.machine import machine as running_machine
 from pytest_lbr.model import Branch, Hit, Location, Trace
@@ -39,8 +39,8 @@ from pytest_lbr.names import PmuName
 from pytest_lbr.targets import Target, TargetError
 
 if TYPE_CHECKING:
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.capture.program_exits import ProgramExits
+    from pytest_lbr.capture.hooks.hook_set import HookSet
+    from pytest_lbr.capture.hooks.program_exits import ProgramExits
 
 __all__ = [
     "BRANCH_TYPE_KINDS",
@@ -189,8 +189,8 @@ def branch_events_problem(exc: OSError) -> str:
 def _probe_hooks() -> str:
     """Why the tracer's hooks cannot load here ("" if they can): what every PMU needs."""
     from pytest_lbr.bpf.libbpf import BpfError, libbpf_version, libbpf_version_problem
-    from pytest_lbr.capture import hooks
-    from pytest_lbr.capture.tracer_object import tracer_not_built, tracer_object
+    from pytest_lbr.capture.hooks import hook_set as hooks
+    from pytest_lbr.capture.hooks.tracer_object import tracer_not_built, tracer_object
 
     if not _has_caps():
         return "not root and missing CAP_BPF+CAP_PERFMON"
@@ -224,7 +224,7 @@ def _probe_software() -> str:
 
 
 def _probe() -> str:
-    from pytest_lbr.capture.tracer_object import object_arch
+    from pytest_lbr.capture.hooks.tracer_object import object_arch
     from pytest_lbr.kernel import perf
 
     try:
@@ -252,7 +252,7 @@ def _probe() -> str:
 def _snapshot_problem() -> str:
     """Why bpf_get_branch_snapshot() gives no records at a tracepoint here ("" if it does)."""
     from pytest_lbr.bpf.libbpf import lib
-    from pytest_lbr.capture import hooks
+    from pytest_lbr.capture.hooks import hook_set as hooks
     from pytest_lbr.targets import parse_target
 
     helper = lib.libbpf_probe_bpf_helper(_BPF_PROG_TYPE_KPROBE, _BPF_FUNC_get_branch_snapshot, None)
@@ -330,7 +330,7 @@ class LbrBackend:
 
     def close(self) -> None:
         """Release the hooks the session kept on its programs (`program_exits`)."""
-        from pytest_lbr.capture.program_exits import release_session_exits
+        from pytest_lbr.capture.hooks.program_exits import release_session_exits
 
         release_session_exits(self)
 
@@ -394,7 +394,7 @@ class LbrCapture:
 
     def start(self) -> None:
         """Check the capability, open the perf events, attach the tracer everywhere."""
-        from pytest_lbr.capture import hooks
+        from pytest_lbr.capture.hooks import hook_set as hooks
         from pytest_lbr.kernel import perf
 
         cap = probe_lbr(self.pmu) if self._check else Capability("lbr", True)
@@ -406,7 +406,7 @@ class LbrCapture:
         try:
             self._events = (self._open_events or default_events)(self.filter)
             tgid = 0 if self.scope.kind == "system" else self.scope.pid
-            from pytest_lbr.capture.program_exits import session_exits
+            from pytest_lbr.capture.hooks.program_exits import session_exits
 
             session = session_exits(self._session) if self._session is not None else None
             if session is not None and self._keeps_hooks():

@@ -1,6 +1,6 @@
 """One thread's function records nested into calls and returns, with a stack.
 
-The function tracer records entries only (`pytest_lbr.capture.graph_text`):
+The function tracer records entries only (`pytest_lbr.capture.graph.text`):
 `reconstruct` turns the records of one thread into call/return steps, and
 `Mentions` says which frames are known to be still running.
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
 
 __all__ = [
     "SiteFinder",

@@ -3,7 +3,7 @@
 A tracing program (fentry, fexit, lsm, an iterator under fexit) runs from a
 trampoline whose helpers (`__bpf_prog_enter*`, `__bpf_prog_exit*`,
 `__bpf_tramp_*`) are notrace: only what they call names them, as the parent.
-`graph_hits` asks here which records are the graph backend's own fexit hooks
+`hits.py` asks here which records are the graph backend's own fexit hooks
 (dropped) and which parents are trampoline code (they end a program's run).
 """
 
@@ -15,7 +15,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
 from pytest_lbr.noise import EXIT_HOOK_FRAMES
 
 __all__ = ["trampoline_frame", "without_exit_hooks"]

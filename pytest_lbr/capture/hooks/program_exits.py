@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_lbr.bpf.libbpf import prog_info
-from pytest_lbr.capture.hooks import HookSet
-from pytest_lbr.capture.records import RawHit
-from pytest_lbr.capture.tracer_maps import TracerMaps
+from pytest_lbr.capture.hooks.hook_set import HookSet
+from pytest_lbr.capture.hooks.records import RawHit
+from pytest_lbr.capture.hooks.tracer_maps import TracerMaps
 from pytest_lbr.targets import Target
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.tracer_object import TracerLayout, tracer_layout
+from pytest_lbr.capture.hooks.tracer_object import TracerLayout, tracer_layout
 
 __all__ = ["ConfigRecord", "RawHit", "decode_record", "hit_record_type"]
 

@@ -2,8 +2,8 @@
 
 The ftrace function tracer records every kernel function the test's threads
 enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
-(`pytest_lbr.capture.graph_text`) are nested into calls and returns
-(`pytest_lbr.capture.graph_calls`), then cut per target:
+(`pytest_lbr.capture.graph.text`) are nested into calls and returns
+(`pytest_lbr.capture.graph.calls`), then cut per target:
 
 * ``kfunc:NAME``/``GLOB``: one hit per outermost invocation, with everything
   under it; a single function also gets its return value from a kretprobe
@@ -33,8 +33,8 @@ enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
 
 This module does the I/O: the session's instance (`GraphRecorder`), arming and
 reading it (`GraphCapture`). Cutting records into hits is pure and lives in
-`pytest_lbr.capture.graph_hits`; a live capture's bookkeeping between polls in
-`pytest_lbr.capture.graph_live`.
+`pytest_lbr.capture.graph.hits`; a live capture's bookkeeping between polls in
+`pytest_lbr.capture.graph.live_state`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from pytest_lbr.capture.base import (
     Scope,
 )
 from pytest_lbr.capture.call_sites import call_sites
-from pytest_lbr.capture.graph_hits import (
+from pytest_lbr.capture.graph.hits import (
     TRACE_CLOCK,
     HitBuilder,
     descendants,
@@ -65,7 +65,7 @@ from pytest_lbr.capture.graph_hits import (
     program_matcher,
     ran_in_interrupt,
 )
-from pytest_lbr.capture.graph_live import (
+from pytest_lbr.capture.graph.live_state import (
     LIVE_BUFFER_KB,
     LIVE_FINAL_S,
     LIVE_MAX_PENDING,
@@ -73,9 +73,9 @@ from pytest_lbr.capture.graph_live import (
     LiveState,
     settle,
 )
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
-from pytest_lbr.capture.records import RawHit
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.tracefs import (
@@ -89,8 +89,8 @@ from pytest_lbr.model import Hit, Trace
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.capture.program_exits import ProgramExits
+    from pytest_lbr.capture.hooks.hook_set import HookSet
+    from pytest_lbr.capture.hooks.program_exits import ProgramExits
     from pytest_lbr.symbols.elf import ElfFunctions
 
 __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
@@ -330,7 +330,7 @@ class GraphBackend:
     def close(self) -> None:
         """Release the session's kept fexit hooks and turn its function tracers off
         (idempotent)."""
-        from pytest_lbr.capture.program_exits import release_session_exits
+        from pytest_lbr.capture.hooks.program_exits import release_session_exits
 
         recorder, self._recorder = self._recorder, None
         narrowed, self._narrowed = list(self._narrowed.values()), {}
@@ -632,12 +632,12 @@ class GraphCapture:
 
     def _narrow(self) -> None:
         """A system-wide trace of programs and kernel functions records only their
-        call graph (`pytest_lbr.capture.graph_narrow`), in an instance of its own."""
+        call graph (`pytest_lbr.capture.graph.narrow`), in an instance of its own."""
         if not self.targets or any(t.kind not in ("prog", "kfunc") for t in self.targets):
             return
         # Imported here: it loads capstone (0.6 s of a session's start under TCG),
         # which only system-wide traces need.
-        from pytest_lbr.capture.graph_narrow import narrowing
+        from pytest_lbr.capture.graph.narrow import narrowing
 
         try:
             found = narrowing(self.targets)
@@ -710,8 +710,8 @@ class GraphCapture:
         the function tracer cannot see a JITed program return, fexit can."""
         if not programs:
             return
-        from pytest_lbr.capture.hooks import HookSet
-        from pytest_lbr.capture.program_exits import session_exits
+        from pytest_lbr.capture.hooks.hook_set import HookSet
+        from pytest_lbr.capture.hooks.program_exits import session_exits
 
         # Every process's runs where the scope is not this process; stop() keeps the scope's.
         tgid = os.getpid() if self.scope == Scope() else 0

@@ -1,10 +1,10 @@
 """The graph backend's hits, built from the function tracer's records (pure: no I/O).
 
 `build_hits` cuts a capture's kept records into hits per target kind (see
-`pytest_lbr.capture.graph` for what a hit of each kind holds): per thread and,
+`pytest_lbr.capture.graph.backend` for what a hit of each kind holds): per thread and,
 with interrupts kept, per interrupt context beside it; the records the LBR
 tracer's fexit hooks leave in a program's run are stripped first. Everything
-here works on records already read (`pytest_lbr.capture.graph_text`), so host
+here works on records already read (`pytest_lbr.capture.graph.text`), so host
 tests reach it with real captured text and no tracefs.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_lbr.capture.graph_calls import (
+from pytest_lbr.capture.graph.calls import (
     Frame,
     Mentions,
     SiteFinder,
@@ -32,10 +32,10 @@ from pytest_lbr.capture.graph_calls import (
     reconstruct,
     unseen_frame,
 )
-from pytest_lbr.capture.graph_own import TracerOwn
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord
-from pytest_lbr.capture.graph_trampoline import trampoline_frame, without_exit_hooks
-from pytest_lbr.capture.records import RawHit
+from pytest_lbr.capture.graph.own import TracerOwn
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
+from pytest_lbr.capture.graph.trampoline import trampoline_frame, without_exit_hooks
+from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.model import EXCEPTION_ENTRY, UNSEEN_CALLER, Branch, Hit, Location
 from pytest_lbr.noise import PROBE_HANDLERS
 from pytest_lbr.targets import Target
