@@ -8,8 +8,8 @@ import os
 import pytest
 
 from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg
+from pytest_lbr.programs.lines import read_program
 from pytest_lbr.symbols import get_symbolizer
-from pytest_lbr.symbols.bpfprog import read_program
 from pytest_lbr.symbols.disasm import (
     VmlinuxText,
     branch_instruction,

@@ -148,7 +148,7 @@ def guest_programs(kernel: str) -> dict[str, ProgramCalls]:
     addresses, the helper enum and the bpf_*_proto implementations)."""
     import json
 
-    from pytest_lbr.symbols.helpers import ProgramCode, describe_calls
+    from pytest_lbr.programs.helper_calls import ProgramCode, describe_calls
 
     d = json.loads((DATA / f"helpers-{kernel}.json").read_text())
     names = {int(a): n for a, n in d["symbols"].items()}
@@ -217,7 +217,7 @@ def test_the_implementations_come_from_the_kernel_s_protos() -> None:
 def test_a_program_loaded_elsewhere_lists_only_the_calls_it_still_makes() -> None:
     import json
 
-    from pytest_lbr.symbols.helpers import ProgramCode, describe_calls
+    from pytest_lbr.programs.helper_calls import ProgramCode, describe_calls
 
     d = json.loads((DATA / "helpers-6.12.json").read_text())
     entry = next(p for p in d["programs"] if p["name"] == "entry")
@@ -256,7 +256,7 @@ def test_without_the_implementations_nothing_is_called_inlined_or_rewritten() ->
     helper's name, nor be said inlined (a rewrite looks the same)."""
     import json
 
-    from pytest_lbr.symbols.helpers import ProgramCode, describe_calls
+    from pytest_lbr.programs.helper_calls import ProgramCode, describe_calls
 
     d = json.loads((DATA / "helpers-6.1.json").read_text())
     names = {int(a): n for a, n in d["symbols"].items()}

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_lbr.bpf import BpfLoader
 from pytest_lbr.bpf.libbpf import lib
-from pytest_lbr.capture.progs import ProgramRef, list_programs, resolve_program
+from pytest_lbr.programs.find import ProgramRef, list_programs, resolve_program
 from pytest_lbr.targets import TargetError, parse_target
 from tests.bpf.objects import bpf_object, require_root
 

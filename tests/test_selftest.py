@@ -82,7 +82,7 @@ def _ksym(k: KernelSymbols, *names: str) -> int:
 
 @pytest.fixture(scope="module")
 def snapshot(loaded: selftest_program.SelftestProgram) -> Snapshot:
-    from pytest_lbr.symbols.bpfprog import jited_image
+    from pytest_lbr.programs.lines import jited_image
     from pytest_lbr.symbols.disasm import disassemble
 
     start, code = jited_image(loaded.fd)

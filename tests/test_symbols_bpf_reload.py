@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_lbr.programs.lines import read_program
 from pytest_lbr.symbols import Symbolizer, get_symbolizer
-from pytest_lbr.symbols.bpfprog import read_program
 from tests.bpf.objects import bpf_object, require_root
 
 

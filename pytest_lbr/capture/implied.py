@@ -63,9 +63,9 @@ def program_flow(
     from pytest_lbr.bpf.libbpf import BpfError
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.kernel.machine import machine
-    from pytest_lbr.kernel.programs import Btf, program_details
+    from pytest_lbr.programs.info import Btf, program_details
+    from pytest_lbr.programs.lines import jited_image
     from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index
-    from pytest_lbr.symbols.bpfprog import jited_image
     from pytest_lbr.symbols.disasm import call_targets, disassemble
 
     try:
@@ -161,7 +161,7 @@ def program_returns(fd: int) -> tuple[int, bool] | None:
     """What the program (an fd) returns, from its BTF (`Btf.return_type`): (size,
     signed) for an integer, (0, False) for void; None where unknown."""
     from pytest_lbr.bpf.libbpf import BpfError
-    from pytest_lbr.kernel.programs import Btf, program_details
+    from pytest_lbr.programs.info import Btf, program_details
 
     try:
         details = program_details(fd)

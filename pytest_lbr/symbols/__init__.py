@@ -14,9 +14,9 @@ import threading
 from collections.abc import Iterable
 
 from ..model import InlineFrame, Location, ProgramCalls
-from .bpfprog import BpfPrograms, ProgramLines
+from ..programs.helper_calls import HelperNames
+from ..programs.lines import BpfPrograms, ProgramLines
 from .frame import Frame
-from .helpers import HelperNames
 from .kallsyms import KernelSymbols, Symbol
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 

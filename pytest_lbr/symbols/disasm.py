@@ -19,7 +19,7 @@ import capstone
 
 from ..bpf.libbpf import lib
 from ..model import Location
-from .bpfprog import jited_image
+from ..programs.lines import jited_image
 
 if TYPE_CHECKING:
     from . import Symbolizer

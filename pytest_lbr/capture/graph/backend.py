@@ -676,7 +676,7 @@ class GraphCapture:
                     self._returns[event.split("/")[1]] = pattern
                     self._events[i] = event.split("/")[1]
             elif t.kind == "prog":
-                from pytest_lbr.capture.progs import jited_ranges, resolve_program
+                from pytest_lbr.programs.find import jited_ranges, resolve_program
 
                 with resolve_program(t) as ref:
                     ranges = jited_ranges(ref.fd)

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 from pytest_lbr.bpf.libbpf import BpfError
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.progs import resolve_program
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
 from pytest_lbr.kernel.machine import machine
-from pytest_lbr.kernel.programs import program_details
 from pytest_lbr.kernel.tracefs import TRACEFS_NOT_MOUNTED, find_tracefs
-from pytest_lbr.symbols.bpfprog import jited_image
+from pytest_lbr.programs.find import resolve_program
+from pytest_lbr.programs.info import program_details
+from pytest_lbr.programs.lines import jited_image
 from pytest_lbr.symbols.disasm import Instruction, KcoreReader, call_targets, disassemble
 from pytest_lbr.symbols.kallsyms import KernelSymbols
 from pytest_lbr.targets import Target

@@ -561,7 +561,7 @@ class HookSet:
 
     def _resolve_prog(self, target: Target) -> tuple[int, str, str]:
         """(fd, main function's BTF name, kallsyms name) of a BPF program target."""
-        from pytest_lbr.capture.progs import resolve_program
+        from pytest_lbr.programs.find import resolve_program
 
         ref = resolve_program(target)
         self._refs.append(ref)  # its fd stays open until close()

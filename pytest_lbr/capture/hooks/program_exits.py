@@ -266,7 +266,7 @@ def _program_id(target: Target) -> int:
         return target.obj.id
     if target.prog_fd is not None:
         return int(prog_info(target.prog_fd)[0].id)
-    from pytest_lbr.capture.progs import resolve_program
+    from pytest_lbr.programs.find import resolve_program
 
     with resolve_program(target) as ref:
         return ref.id

@@ -521,7 +521,7 @@ class LbrCapture:
 
 def _program_returns(targets: Sequence[Target]) -> dict[str, tuple[int, bool] | None]:
     """What each program target returns, as its BTF says (read while it is loaded)."""
-    from pytest_lbr.capture.progs import resolve_program
+    from pytest_lbr.programs.find import resolve_program
 
     returns: dict[str, tuple[int, bool] | None] = {}
     for t in targets:

@@ -1,8 +1,8 @@
 """Loaded BPF programs and their BTF, as the kernel describes them.
 
 One iterator over program ids, one reader of `bpf_prog_info` (with the arrays a
-caller asks for) and one BTF name lookup; `capture.progs` (finding a target),
-`symbols.bpfprog` (lines of JITed code) and the graph backend (where a program's
+caller asks for) and one BTF name lookup; `find.py` (finding a target),
+`lines.py` (lines of JITed code) and the graph backend (where a program's
 code is) all read programs through here.
 """
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 
 from ..bpf.libbpf import BpfError, prog_info
 from ..kernel.helpers import BPF_MAP_TYPE_PROG_ARRAY, map_type
-from ..kernel.programs import Btf, open_program, program_details, program_ids
 from ..model import Location, ProgramCalls
-from .helpers import tail_callers
+from .helper_calls import tail_callers
+from .info import Btf, open_program, program_details, program_ids
 
 __all__ = ["BpfPrograms", "ProgramLines", "ProgramSpan", "jited_image", "read_program", "read_span"]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pytest_lbr.bpf.libbpf import BpfError, check_int, lib
-from pytest_lbr.kernel.programs import Btf, open_program, program_details, program_ids
+from pytest_lbr.programs.info import Btf, open_program, program_details, program_ids
 from pytest_lbr.targets import Target, TargetError, parse_target
 
 __all__ = ["ProgramInfo", "ProgramRef", "jited_ranges", "list_programs", "resolve_program"]
