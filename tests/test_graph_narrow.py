@@ -14,7 +14,7 @@ import pytest
 from pytest_lbr.capture.graph.narrow import NARROW_LIMIT, callee_closure, image_roots
 from pytest_lbr.symbols.disasm import VmlinuxText, call_targets, disassemble
 from pytest_lbr.symbols.kallsyms import KernelSymbols
-from tests.test_disasm import vmlinux_61  # noqa: F401 -- the fixture
+from tests.symbols.test_disasm import vmlinux_61  # noqa: F401 -- the fixture
 
 ROOT = "htab_map_update_elem"
 

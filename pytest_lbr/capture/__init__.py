@@ -13,6 +13,15 @@ nothing else picks a backend by its name. `resolve_backend` probes a backend onc
 and gives the `Backend` the tracer opens every capture through: it keeps what a
 backend sets up once per session (the graph backend's function tracer) until it
 is closed.
+
+Besides the registry (here) and the protocols (`base.py`), what the backends share:
+`hooks/` (the LBR tracer's BPF hooks, which both attach), `call_sites.py` (where a
+function calls another, read from live code), `implied.py` (calls of a BPF program the
+function tracer cannot record, proven by its code) and `helper_table.py` (each BPF
+helper and how each backend sees its calls: `pytest-lbr doctor --helpers`). Tested by
+tests/test_capture_protocol.py, test_scope_args.py, test_helper_table.py,
+test_graph_narrow.py (call sites), tests/symbols/test_bpf_flow.py (implied calls) and,
+in the guests, by tests/kernel/.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ addresses in JITed code to the function and C source line (`BpfPrograms`, read l
 per program); `helper_calls.py` matches the helper calls a program's source makes with
 what the kernel runs for them (call, map rewrite, inlined, tail call). The symbolizer,
 the backends and the selftest read programs through here. Tested by
-tests/programs/ and, in the guests, by tests/kernel/test_bpf_lines.py and
-test_bcc_target.py.
+tests/programs/test_find.py, test_helper_calls.py, tests/test_symbols.py (lines of
+programs loaded and unloaded), tests/conformance/test_reasons.py (info) and, in the
+guests, by tests/kernel/test_bpf_lines.py and test_bcc_target.py.
 """

@@ -4,7 +4,7 @@
 ELF addresses (no KASLR): from the on-disk cache first, then llvm-symbolizer
 when installed (measured ~20x faster than pyelftools on a cold vmlinux; see
 bench/RESULTS-symbolize.md), else pyelftools, one compile unit at a time.
-Both paths give the same frames (tests/test_vmlinux_symbolize.py).
+Both paths give the same frames (tests/symbols/test_vmlinux.py).
 """
 
 from __future__ import annotations

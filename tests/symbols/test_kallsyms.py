@@ -77,7 +77,7 @@ def test_arm64_layout_programs_and_modules_are_below_the_kernel() -> None:
     # core code, and a stale program name was never re-read).
     from pathlib import Path
 
-    ks = KernelSymbols(str(Path(__file__).parent / "data" / "kallsyms-6.1-arm64-excerpt.txt"))
+    ks = KernelSymbols(str(Path(__file__).parents[1] / "data" / "kallsyms-6.1-arm64-excerpt.txt"))
     prog = ks.address_of("bpf_prog_4f06f2f2c3088c9a_tc_classifier")
     veth = ks.address_of("veth_get_sset_count")
     vfs_write = ks.address_of("vfs_write")

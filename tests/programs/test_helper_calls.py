@@ -139,7 +139,7 @@ def test_golden_diffs_show_the_helper_beside_the_kernel_name() -> None:
 
 # -- aligning written and translated calls, on what the 6.1 and 6.12 guests gave --
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def guest_programs(kernel: str) -> dict[str, ProgramCalls]:

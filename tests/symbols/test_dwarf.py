@@ -11,7 +11,7 @@ import pytest
 from pytest_lbr.symbols.dwarf import DwarfLines, kernel_relative
 from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines
 
-SRC = Path(__file__).parent / "data" / "inline.c"
+SRC = Path(__file__).parents[1] / "data" / "inline.c"
 
 
 @pytest.fixture(scope="module")

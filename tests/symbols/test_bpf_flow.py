@@ -12,7 +12,7 @@ from pytest_lbr.kernel.helpers import decode_insns
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index, main_calls
 
-DATA = json.loads((Path(__file__).resolve().parent / "data" / "helpers-6.12.json").read_text())
+DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "helpers-6.12.json").read_text())
 CALL_BASE: int = DATA["call_base"]
 XLATED = {p["name"]: bytes.fromhex(p["xlated"]) for p in DATA["programs"]}
 
