@@ -140,11 +140,18 @@ def test_the_layout_names_paths_that_exist() -> None:
 
 
 def test_the_layout_names_every_module_of_the_package() -> None:
+    # Every folder and module, at any depth; a folder's line stands for its __init__.py.
     paths = _layout()
     entries = [
-        f"pytest_lbr/{p.name}/" if p.is_dir() else f"pytest_lbr/{p.name}"
-        for p in PACKAGE.iterdir()
-        if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")
+        f"{p.relative_to(PACKAGE.parent)}/"
+        if p.is_dir()
+        else str(p.relative_to(PACKAGE.parent).parent) + "/"
+        if p.name == "__init__.py"
+        else str(p.relative_to(PACKAGE.parent))
+        for p in PACKAGE.rglob("*")
+        if "__pycache__" not in p.parts
+        and "objects" not in p.relative_to(PACKAGE).parts
+        and (p.is_dir() or p.suffix == ".py")
     ]
     unnamed = [e for e in sorted(entries) if not any(fnmatch.fnmatchcase(e, p) for p in paths)]
     assert not unnamed, f"not in docs/architecture.md's layout: {unnamed}"
