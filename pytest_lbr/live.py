@@ -239,7 +239,7 @@ class LiveTrace:
         from pytest_lbr.symbols import get_symbolizer
 
         # Read the kernel's symbols before arming, not at the first batch: that
-        # takes a second or more under TCG, and a reader stalled that long while
+        # reads all of /proc/kallsyms, and a reader stalled that long while
         # the machine runs falls behind, and its ring buffers may overrun.
         get_symbolizer(self._vmlinux)
         chosen = self._filter if self.capabilities.filters else None

@@ -4,8 +4,8 @@ The wheel is built from this tree, installed into a fresh venv in a temporary
 directory outside the checkout, and used by a small third-party project written
 here: its own XDP program (compiled by this test with clang), its own tests and a
 golden file. The project runs through `pytest-lbr vm` from its own directory, in
-the 6.1 and 6.12 guests, exactly as docs/ci.md tells users to. Takes a few
-minutes (three guest boots under TCG, two at a time).
+the 6.1 and 6.12 guests, exactly as docs/ci.md tells users to: slow (three
+guest boots, two at a time).
 """
 
 from __future__ import annotations

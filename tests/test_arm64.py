@@ -1,4 +1,4 @@
-"""arm64 (issue 18): symbols and disassembly of arm64 ELF built on this host.
+"""arm64: symbols and disassembly of arm64 ELF built on this host.
 
 The LBR selftest's arm64 answer is "not available" (no bpf_get_branch_snapshot for
 BRBE in mainline); what arm64 users get is the graph backend, whose traces need

@@ -1,4 +1,4 @@
-"""arm64 kernels (issue 18): file:line and disassembly of Debian's arm64 debug vmlinux,
+"""arm64 kernels: file:line and disassembly of Debian's arm64 debug vmlinux,
 fetched on this x86-64 host the way `pytest-lbr fetch-vmlinux 6.1.0-NN-arm64` does."""
 
 from __future__ import annotations

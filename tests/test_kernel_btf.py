@@ -242,7 +242,7 @@ def _core_relo_len(obj: Path) -> int:
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 def test_the_tracer_has_no_core_relocation(arch: str) -> None:
     """With one, libbpf parses the whole vmlinux BTF at every hook load, even of an fexit
-    hook on a BPF program that needs none of it (0.05 s of 0.08 s in the 6.12 TCG guest)."""
+    hook on a BPF program that needs none of it: the larger part of the load."""
     try:
         obj = tracer_object(arch)
     except FileNotFoundError as exc:

@@ -41,7 +41,7 @@ def test_a_program_is_named_from_its_own_info_without_reading_kallsyms_again(
 ) -> None:
     """A session's first lookup in a program (the symbolizer made after the load, as in
     a test that loads its program, then traces it) reads the program's info, not the
-    whole of /proc/kallsyms a second time (about a second under TCG)."""
+    whole of /proc/kallsyms a second time."""
     require_root()
     from pytest_lbr.bpf import BpfObject
 

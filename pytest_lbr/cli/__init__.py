@@ -78,7 +78,7 @@ def _disasm_lines(branch: Branch) -> list[str]:
     try:
         # Not annotated with source lines: the branch line above already has them,
         # and annotating every instruction of every function costs a symbolizer
-        # run per branch (minutes per hit with a debug vmlinux under TCG).
+        # run per branch, a DWARF lookup in a debug vmlinux per instruction.
         start, code = function_code(get_symbolizer(), addr)
         insns = disassemble(code, start)
     except (OSError, ValueError) as exc:
@@ -195,8 +195,8 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with live:
             # This process reads the trace until it exits: what it holds once armed
             # (symbol tables, the tracer's state) is never garbage, so the collector
-            # stops walking it at every collection (in the 6.12 guest it took about
-            # a fifth of the reader's time per hit: 35 us, 13 us frozen).
+            # stops walking it at every collection (a large part of the reader's
+            # time per hit otherwise).
             gc.freeze()
             print(
                 f"Tracing {', '.join(t.spec for t in live.targets)} with the "

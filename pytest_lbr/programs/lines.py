@@ -6,9 +6,9 @@ every subprogram (jited_ksyms, jited_func_lens), their BTF function types
 address where its code starts (jited_line_info, 1:1 with line_info). We take
 the last line record at or before an address within its subprogram.
 
-Reading those tables and describing a program's helper calls costs ~4 ms a
-program under TCG, so `BpfPrograms` learns only where each program is (one
-bpf_prog_info call) until an address falls inside it: a test that loads four
+Reading those tables and describing a program's helper calls is the costly part
+(several syscalls and a walk of its instructions), so `BpfPrograms` learns only where
+each program is (one bpf_prog_info call) until an address falls inside it: a test that loads four
 programs and traces one reads one.
 """
 
@@ -74,7 +74,7 @@ def _source_path(path: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _relative_to(path: str, cwd: str) -> str:
     # Remembered: a program's line table names a few files hundreds of times, and
-    # os.path.relpath took 0.2 ms a call under TCG.
+    # os.path.relpath is slow in Python (it normalises both paths each call).
     if os.path.isabs(path):
         try:
             rel = os.path.relpath(path, cwd)
@@ -139,9 +139,8 @@ _ROOM = 8
 def read_span(fd: int) -> ProgramSpan:
     """Where the program behind `fd` is JITed and which maps it uses; raises BpfError.
 
-    One bpf_prog_info call with arrays sized in advance (0.05 ms under TCG, a
-    third of sizing them first): the kernel fills what fits and says how many
-    there are.
+    One bpf_prog_info call with arrays sized in advance, not one call to size them
+    and another to fill them: the kernel fills what fits and says how many there are.
     """
     room = _ROOM
     while True:

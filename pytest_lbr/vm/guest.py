@@ -73,7 +73,7 @@ def guest_main(
         TMPDIR=str(tmpdir),
         # Bytecode, and pytest's assertion-rewritten plugin modules (all of pytest-lbr's
         # and hypothesis's), cached in guest RAM rather than never: every pytest a test
-        # starts would otherwise rewrite ~80 modules again, seconds each under TCG.
+        # starts would otherwise rewrite ~80 modules again.
         PYTHONPYCACHEPREFIX=str(tmpdir / "pycache"),
         **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
     )

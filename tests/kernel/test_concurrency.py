@@ -1,5 +1,5 @@
 """Two xdist workers tracing the same BPF program and the same kernel function at
-once each get only their own hits, across 100 runs (issue #8), in a guest.
+once each get only their own hits, across 100 runs, in a guest.
 
 The outer test loads tests/bpf/xdp_helpers.bpf.o, pins its program in bpffs and
 runs an inner suite of 100 cases with `-n 2`. Each case traces, with the LBR

@@ -26,8 +26,8 @@ BACKENDS = [("graph", "hardware"), ("lbr", "software")]
 
 
 # One tracer per backend for the module's tests that need only a tracer, as a pytest
-# session has one: the graph backend turns the function tracer on and off once (about
-# 5 s under TCG), not once per test. Tests of a session's own start and end make theirs.
+# session has one: the graph backend turns the function tracer on and off once
+# (patching every call site), not once per test. Tests of a session's own start and end make theirs.
 @pytest.fixture(scope="module", params=BACKENDS, ids=[b for b, _ in BACKENDS])
 def tracer(request: pytest.FixtureRequest) -> Iterator[Tracer]:
     backend, pmu = request.param

@@ -113,7 +113,7 @@ CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clockso
 #: Narrowed recorders a session keeps (`GraphBackend`): one per traced program set.
 NARROWED_KEPT = 4
 
-#: Per-CPU ring buffer size: a BPF test run under TCG is ~5,000 records of ~40 bytes.
+#: Per-CPU ring buffer size: room for a BPF test run's records (thousands, of ~40 bytes).
 BUFFER_KB = 16384
 
 
@@ -178,8 +178,8 @@ class GraphRecorder:
     """The function tracer of one session: a private instance, set up once.
 
     Turning the function tracer on patches every traceable call site in the
-    kernel (~45,000 on the Debian kernels), and off again the same: seconds
-    under TCG, and most of what a traced test used to cost. So the instance is
+    kernel (~45,000 on the Debian kernels), and off again the same: most of what
+    a traced test used to cost. So the instance is
     created and the tracer turned on at the first trace, and both stay until
     `close()`; between traces the instance records on no CPU (`Instance.arm`)
     and its buffer is empty (each trace consumes what it read). A trace only sets
@@ -319,8 +319,8 @@ class GraphBackend:
 
     def _narrowed_recorder(self, functions: tuple[str, ...]) -> GraphRecorder:
         """The session's recorder of exactly `functions`, set up on first use and
-        kept, like the session's own: creating one patches its functions (seconds
-        under TCG), and a suite traces the same program test after test."""
+        kept, like the session's own: creating one patches its functions, and a
+        suite traces the same program test after test."""
         recorder = self._narrowed.pop(functions, None) or GraphRecorder(functions)
         self._narrowed[functions] = recorder
         while len(self._narrowed) > NARROWED_KEPT:
@@ -416,7 +416,7 @@ class GraphCapture:
                 inst.write("buffer_size_kb", str(LIVE_BUFFER_KB))
             self._configure(inst)
             # No inst.clear(): arming starts from an empty buffer (see Instance.arm),
-            # and each clear waits for an RCU grace period: 0.03 s under TCG.
+            # and each clear waits for an RCU grace period.
         except TracefsError as exc:
             raise CaptureError(f"graph backend: {exc}") from None
         inst.arm()
@@ -635,7 +635,7 @@ class GraphCapture:
         call graph (`pytest_lbr.capture.graph.narrow`), in an instance of its own."""
         if not self.targets or any(t.kind not in ("prog", "kfunc") for t in self.targets):
             return
-        # Imported here: it loads capstone (0.6 s of a session's start under TCG),
+        # Imported here: it loads capstone (a slow import at a session's start),
         # which only system-wide traces need.
         from pytest_lbr.capture.graph.narrow import narrowing
 

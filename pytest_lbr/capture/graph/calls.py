@@ -130,8 +130,8 @@ def calling_frame(
     frame's does, it is frame `upto` if its code calls a function that calls the
     parent: `preempt_schedule_common` (notrace) between `__cond_resched` and
     `__schedule` (6.1 guest). Only that frame is searched so: the search reads
-    every function it calls, and over a whole stack (an exec's) it took minutes
-    under TCG. None: neither is found, so its caller is unknown.
+    every function it calls, and over a whole stack (an exec's) that is the code
+    of every function on it. None: neither is found, so its caller is unknown.
     """
     for depth in range(upto, -1, -1):
         f = stack[depth]

@@ -41,9 +41,9 @@ LIVE_MAX_PENDING = 200_000
 #: poll stays short, so a deadline or Ctrl-C is seen soon.
 LIVE_READ_LIMIT = 1 << 20
 #: Per-CPU ring buffer of a live capture, KiB: how far the reader may fall behind.
-#: Every function of every task ("system") is ~290,000 records a second in the
-#: 6.12 guest under TCG, parsed at ~13,000 a second: the reader cannot keep up
-#: there, and with the session's 16 MiB it would print hits minutes late.
+#: Every function of every task ("system") can come faster than the reader parses
+#: records: where it cannot keep up, a buffer the session's size (16 MiB) would
+#: hold minutes of records, and it would print hits that late.
 LIVE_BUFFER_KB = 2048
 #: How long `stop()` of a live capture reads what is left before counting the
 #: rest as lost (a stop must come soon after Ctrl-C, not after the backlog).

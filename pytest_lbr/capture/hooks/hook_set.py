@@ -53,13 +53,11 @@ __all__ = ["DEFAULT_GLOB_FALLBACK", "HookSet", "try_load_fexit"]
 #: How a kernel-function glob is hooked where kprobe.multi is missing
 #: ("kprobe": one kprobe link per function on one loaded program; "fentry":
 #: one tracer object loaded and verified per function).
-#: Measured in the 6.1 guest (TCG, 2 CPUs; /tmp/cap_measure.py, 2026-11-22) over
-#: the 357 kfunc:tcp_* functions that are in BTF (368 traceable):
-#:   kprobe: 357 kretprobe links, 0 failures, attach 34.6 s, detach 67.2 s;
-#:   fentry: never finished: 3 functions refused fexit (ENOTSUPP), then every
-#:   further load failed with EMFILE (each fexit object holds ~7 fds: program,
-#:   link, BTF, reused maps; RLIMIT_NOFILE 1024), detach of what did attach 31.7 s.
-#: So kprobe is the default: it scales to a whole subsystem glob.
+#: kprobe attaches one link per function to one loaded program; fentry loads and
+#: verifies one object per function, each holding ~7 fds (program, link, BTF, reused
+#: maps), so a glob of hundreds of functions runs into RLIMIT_NOFILE (EMFILE), and
+#: some functions refuse fexit (ENOTSUPP). So kprobe is the default: it scales to a
+#: whole subsystem glob (bench/RESULTS-history.md, 2026-11-22, has the figures).
 DEFAULT_GLOB_FALLBACK = "kprobe"
 
 #: The maps every tracer object of a set shares with its first: (key, map name).
@@ -668,7 +666,7 @@ def _kernel_refusal(log: list[str]) -> str:
 def try_load_fexit(function: str = "vfs_write") -> None:
     """Load (never attach) the fexit tracer on `function`: raises if this kernel refuses."""
     # Whether it loads does not depend on the addresses it would read (0: none read);
-    # finding them costs ~1 s in the TCG guests, which a session probing the LBR
+    # finding them reads /proc/kallsyms, which a session probing the LBR
     # backend to end up on the graph backend with kernel functions never needs.
     hs = HookSet([], snapshot=True, kernel_config=False)  # never attached: one load
     try:

@@ -4,7 +4,7 @@ The function tracer cannot see a JITed BPF program return, so a graph trace of
 a program gets each run's return value from the LBR tracer's fexit hook
 (`HookSet`, no snapshots); the LBR backend's trace of a program is that hook
 with snapshots. Opening, loading (verifier) and attaching a hook is most of a
-short trace's cost under TCG, and its attach target is fixed at load, so a
+short trace's cost, and its attach target is fixed at load, so a
 session keeps each program's hook: attached at the program's first trace,
 switched on for each trace and off after it (`HookSet.set_armed`, the tracer's
 ``lbr_armed``).

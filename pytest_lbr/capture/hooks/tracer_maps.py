@@ -3,14 +3,14 @@
 Every `HookSet` needs the maps its tracer objects share: a 4 MiB ring buffer,
 the per-CPU snapshot slots (.bss, 776 KiB), the followed-tgid hash, the lost
 counter, the armed switch and the cgroup array. Creating the large ones was
-most of loading a hook: 17 of 21 ms in the 6.12 guest (TCG; with them lent, the
-load took 4.5 ms: the verifier's part). A session therefore keeps a few sets
+most of loading a hook (with them lent, what is left is mostly the verifier's
+part). A session therefore keeps a few sets
 whose last hook set closed cleanly and lends them to its next hook sets
 (`HookSet(maps=...)`), with the reader of their ring buffer (`RingReader`: libbpf's
-`ring_buffer__new` maps the ring into this process, ~1.4 ms, and unmapping it
-~1 ms). Only the `POOLED` maps are kept: reusing a map costs
-libbpf's `bpf_map__reuse_fd()`, which opens "/" to reserve an fd number (about
-1 ms on the guests' 9p root), more than creating a one-entry map. So each hook
+`ring_buffer__new` maps the ring into this process, and unmapping it is as
+dear). Only the `POOLED` maps are kept: reusing a map costs
+libbpf's `bpf_map__reuse_fd()`, which opens "/" to reserve an fd number (a round
+trip to the host on the guests' 9p root), more than creating a one-entry map. So each hook
 set's first object makes its own lost counter, armed switch and cgroup array,
 new as the set starts: nothing to reset.
 

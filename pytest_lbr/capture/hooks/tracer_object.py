@@ -61,7 +61,7 @@ def tracer_object(machine: str | None = None) -> Path:
     Raises FileNotFoundError naming the file when this install has none (an
     architecture the wheel was not built for, or a source tree where
     `make -C bpf` has not run). Found once per process (every hook set asks, and
-    a stat on a guest's 9p root took 4 ms under TCG); a miss is not remembered.
+    a stat on a guest's 9p root is a round trip to the host); a miss is not remembered.
     """
     name = f"lbr_tracer.{object_arch(machine)}.bpf.o"
     path = Path(str(resources.files("pytest_lbr").joinpath("objects", name)))
@@ -76,7 +76,7 @@ def tracer_image(path: Path) -> bytes:
 
     Every hook set opens the object from memory (`bpf_object__open_mem`): a
     virtme-ng guest's root is 9p without a page cache, where libbpf's reads of
-    the file took 14 ms of a 15 ms open (6.12 guest, TCG; 0.7 ms from memory).
+    the file were nearly all of an open.
     """
     return path.read_bytes()
 
