@@ -297,3 +297,19 @@ def test_tested_by_names_paths_that_exist() -> None:
         if not list(REPO.glob(said.rstrip("/")))
     ]
     assert not wrong, "'Tested by' names tests that do not exist:\n" + "\n".join(wrong)
+
+
+def test_no_three_modules_of_a_folder_share_a_prefix() -> None:
+    # Three files with one prefix (`graph_*.py`) are a package waiting to exist.
+    families = []
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir())]:
+        prefixes: dict[str, list[str]] = {}
+        for p in folder.glob("*.py"):
+            if p.stem.partition("_")[0] and not p.stem.startswith("__"):
+                prefixes.setdefault(p.stem.partition("_")[0], []).append(p.name)
+        families += [
+            f"{folder.relative_to(PACKAGE.parent)}/: {sorted(names)}"
+            for names in prefixes.values()
+            if len(names) >= 3
+        ]
+    assert not families, "make each a package:\n" + "\n".join(families)
