@@ -1,7 +1,7 @@
 """The `bpf` harness: load BPF objects, run and attach their programs, for tests.
 
-`from pytest_lbr.bpf import BpfLoader, BpfObject, Program, ...` is the harness's public
-face (the `bpf` fixture's classes); they live in `harness.py` and are imported on first
+`from pytest_lbr.bpf import BpfLoader, BpfObject, Program, VethPair, ...` is the harness's
+public face (the `bpf` and `veth` fixtures' classes); they live in `harness.py` and are imported on first
 use, so that the package's lower pieces load without it: `libbpf.py` (ctypes bindings to
 libbpf.so.1, every prototype and option struct; no C extension), `netns.py` (veth pairs
 and network namespaces for tests), `links.py` (links), `attach.py` (attachments libbpf 1.1
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         TcLink,
         XdpLink,
     )
+    from pytest_lbr.bpf.netns import VethPair
 
 __all__ = [
     "TC_DIRECTIONS",
@@ -56,6 +57,7 @@ __all__ = [
     "RunResult",
     "SockmapLink",
     "TcLink",
+    "VethPair",
     "XdpLink",
 ]
 
@@ -63,4 +65,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module 'pytest_lbr.bpf' has no attribute {name!r}")
-    return getattr(importlib.import_module("pytest_lbr.bpf.harness"), name)
+    module = "netns" if name == "VethPair" else "harness"
+    return getattr(importlib.import_module(f"pytest_lbr.bpf.{module}"), name)
