@@ -62,6 +62,9 @@ import os
 
 import pytest
 
+# The harness's public path, as a project imports it (`pytest_lbr.bpf`).
+from pytest_lbr.bpf import BpfObject, Program
+
 # xdist_group: with `-n 2 --dist loadgroup` the tests that boot guests share one worker
 # (pytest 8). ci/test runs this module on its own, beside the kernel guests.
 pytestmark = [pytest.mark.kernel, pytest.mark.xdist_group("guests")]
@@ -72,6 +75,7 @@ PACKET = bytes(64)
 
 def load(bpf, path="build/counter.bpf.o"):
     obj = bpf.load(path)
+    assert isinstance(obj, BpfObject) and isinstance(obj.programs["count_packets"], Program)
     obj.maps["counts"].update((64).to_bytes(4, "little"), (0).to_bytes(8, "little"))
     return obj, obj.programs["count_packets"]
 
