@@ -1,7 +1,7 @@
 """Root conftest: only what is specific to this repository.
 
 The `kernel` / `allow_skip` markers and strict guest mode belong to the plugin
-(pytest_lbr/guest.py). This suite tests the installed pytest-lbr (the wheel
+(pytest_lbr/guest_mode.py). This suite tests the installed pytest-lbr (the wheel
 ci/setup builds), never this checkout's `pytest_lbr/`: pytest appends the
 repository to sys.path (`--import-mode=append`), and every Python process the
 tests start (CLI runs, pytester subprocesses, xdist workers) runs with

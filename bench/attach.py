@@ -59,8 +59,8 @@ def ours(glob: str, runs: int) -> dict[str, Any]:
     session pays it once. Also times the parts of arming that are not the
     kernel's: glob expansion and the per-CPU perf events.
     """
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.capture.hooks.hook_set import HookSet
+    from pytest_lbr.capture.lbr.backend import LbrCapture
     from pytest_lbr.kernel import functions as kernel_functions
     from pytest_lbr.kernel.functions import expand_glob
     from pytest_lbr.kernel.perf import software_branch_events

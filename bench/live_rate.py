@@ -9,7 +9,7 @@ came back as a hit of the writer's pid and the capture counted nothing lost.
 Two ways of recording, each at rising rates until one loses:
 
 * narrowed -- what a system-wide trace of kernel functions records since issue 27:
-  the targets' call graph only (`capture/graph_narrow.py`);
+  the targets' call graph only (`capture/graph/narrow.py`);
 * every function -- what it recorded before: every function of every task
   (narrowing switched off), the mode the issue 30 limit (8-13k records/s
   parsed under TCG) was stated for.
@@ -77,7 +77,7 @@ REPORT = struct.Struct("<Qd")
 @contextmanager
 def _every_function() -> Iterator[None]:
     """Narrowing off: a system-wide trace records every function (before issue 27)."""
-    from pytest_lbr.capture import graph
+    from pytest_lbr.capture.graph import backend as graph
 
     def refuse(targets: Any) -> Any:
         raise OSError("narrowing switched off by the benchmark")

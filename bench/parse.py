@@ -43,7 +43,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print a table and write its JSON."""
-    from pytest_lbr.capture import graph_text
+    from pytest_lbr.capture.graph import text as graph_text
 
     args = parse_args(argv)
     files = args.files or sorted((REPO / "tests" / "data").glob("ftrace-*.txt"))

@@ -62,7 +62,7 @@ def lbr_trace(prog: Any, scope: str = "process") -> Iterator[Any]:
     """`Tracer.trace(prog, scope=scope)` on the LBR backend, with software perf events
     (no PMU here)."""
     from pytest_lbr.capture import Scope
-    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.capture.lbr.backend import LbrCapture
     from pytest_lbr.kernel.perf import software_branch_events
     from pytest_lbr.model import Trace
     from pytest_lbr.targets import parse_targets

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import timed, timed_interleaved  # noqa: E402
 
-from pytest_lbr.fetch_vmlinux import fetch_debian_dbg  # noqa: E402
+from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg  # noqa: E402
 from pytest_lbr.progress import set_progress  # noqa: E402
 from pytest_lbr.symbols.dwarf import Frame  # noqa: E402
 from pytest_lbr.symbols.vmlinux import VmlinuxLines, sample_text_addresses  # noqa: E402

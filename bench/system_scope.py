@@ -11,7 +11,7 @@ Variants, each one whole body:
 * untraced;
 * graph, depth D -- `Tracer(backend="graph").trace(prog, scope="system")`, the
   function tracer narrowed to the program's call graph D calls below the
-  functions its JITed image calls (`pytest_lbr.capture.graph_narrow`; the
+  functions its JITed image calls (`pytest_lbr.capture.graph.narrow`; the
   product's depth is `NARROW_DEPTH`), one tracer for the whole run as a session
   keeps it;
 * lbr (software events) -- the LBR backend's system scope (filtered in its BPF
@@ -79,7 +79,7 @@ def variants(
     prog: Any, veth: Any, rx: socket.socket, depths: Sequence[int], stats: dict[str, list[int]]
 ) -> dict[str, Callable[[], None]]:
     """name -> one whole body."""
-    from pytest_lbr.capture import graph_narrow
+    from pytest_lbr.capture.graph import narrow as graph_narrow
     from pytest_lbr.tracer import Tracer
 
     graph = Tracer(backend="graph")
@@ -115,8 +115,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and write its JSON."""
     from pytest_lbr.bpf import BpfLoader
-    from pytest_lbr.capture import graph_narrow
-    from pytest_lbr.netns import VethPair
+    from pytest_lbr.bpf.netns import VethPair
+    from pytest_lbr.capture.graph import narrow as graph_narrow
 
     args = parse_args(argv)
     depths = [int(d) for d in args.depths.split(",")]

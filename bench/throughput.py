@@ -95,7 +95,7 @@ def run_session(
     prog: Any, counts: Any, hits: int, *, rate: float | None = None, stream: bool = True
 ) -> Session:
     """Drive `hits` runs of `prog` (at `rate` per second, or flat out) under the tracer."""
-    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.hooks.hook_set import HookSet
     from pytest_lbr.targets import parse_targets
 
     s = Session(rate, "stream" if stream else "burst")

@@ -57,9 +57,10 @@ def _timed(owner: Any, name: str, into: dict[str, float]) -> Iterator[None]:
 def _phases(prog: Any, runs: int, kept: int) -> dict[str, float]:
     """Mean seconds per trace of each step, with KEPT_PROGRAMS = `kept`."""
     from pytest_lbr import tracer as tracer_module
-    from pytest_lbr.capture import graph, program_exits
-    from pytest_lbr.capture.graph_hits import HitBuilder
-    from pytest_lbr.capture.hooks import HookSet
+    from pytest_lbr.capture.graph import backend as graph
+    from pytest_lbr.capture.graph.hits import HitBuilder
+    from pytest_lbr.capture.hooks import program_exits
+    from pytest_lbr.capture.hooks.hook_set import HookSet
     from pytest_lbr.kernel.tracefs import Instance
     from pytest_lbr.tracer import Tracer
 

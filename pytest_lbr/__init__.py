@@ -3,6 +3,14 @@
 Public API: `Tracer` (the `lbr` fixture), the trace model (`Trace`, `Hit`,
 `Branch`, `Location`) and target parsing. The pytest glue is `pytest_lbr.plugin`.
 Names are imported on first use, so loading the plugin without --lbr stays cheap.
+
+Tested by tests/test_plugin.py (these lazy names) and, for the modules here without a
+test of their name: tests/test_capture_protocol.py,
+test_scope_args.py and tests/kernel/test_lifecycle.py (`tracer.py`, the `Tracer`);
+tests/programs/test_helper_calls.py and tests/conformance/test_reasons.py
+(`assertions.py`, explained failures); tests/test_user_errors.py and test_bad_input.py
+(`errors.py`); test_ftrace_parse.py and test_lbr_decode.py (`noise.py`, what is not code
+under test).
 """
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ class LiveTrace:
     def backend(self) -> Backend:
         """The backend, probed on first use."""
         if self._backend is None:
-            from pytest_lbr.libbpf import libbpf_messages
+            from pytest_lbr.bpf.libbpf import libbpf_messages
 
             with ExitStack() as quiet:
                 # The probe's reason says why a backend cannot run; libbpf's chatter
@@ -239,7 +239,7 @@ class LiveTrace:
         from pytest_lbr.symbols import get_symbolizer
 
         # Read the kernel's symbols before arming, not at the first batch: that
-        # takes a second or more under TCG, and a reader stalled that long while
+        # reads all of /proc/kallsyms, and a reader stalled that long while
         # the machine runs falls behind, and its ring buffers may overrun.
         get_symbolizer(self._vmlinux)
         chosen = self._filter if self.capabilities.filters else None

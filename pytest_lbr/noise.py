@@ -190,7 +190,7 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
     "__traceiter_sched_*",
     # the function tracer's own pid filter, which the sched_switch tracepoint runs
     # when the traced task is switched out (kernel/trace/pid_list.c, since 5.17):
-    # the graph backend drops its records at capture (graph_hits.FTRACE_OWN_PARENTS);
+    # the graph backend drops its records at capture (capture/graph/hits.py: FTRACE_OWN_PARENTS);
     # LBR snapshots can still hold it
     "trace_pid_list_is_set",
     # slab and page allocator slow paths: whether a free or an allocation takes

@@ -8,7 +8,7 @@ guest ended: its status, the runner's error, a kernel panic on the console).
 `pytest-lbr vm`, `pytest-lbr bisect` and the CI summary decide on these records, never on
 failure text: rewording a message changes no verdict.
 
-Plain data and I/O only: no pytest. The plugin builds the records (`plugin/results.py`), the VM
+Plain data and I/O only: no pytest. The plugin builds the records (`plugin/results_writer.py`), the VM
 runner its guest records (`vm/run.py`); this module writes, reads and summarises them.
 """
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from pytest_lbr.capture import Backend, CaptureError, Scope, resolve_backend
-from pytest_lbr.capture.trim import trim_tracer, trim_tracer_hits
+from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import parse_targets
@@ -110,8 +110,12 @@ class Tracer:
         starts); `cgroup=PATH` every task of that cgroup v2 directory and its
         descendants (relative paths are under /sys/fs/cgroup), and interrupt context.
         Each hit says where it ran (`cpu`, `pid`, `tid`, `comm`, `in_interrupt`).
-        The trace is empty inside the block and complete after it; every kernel
-        object the trace added is released on exit, whatever happened inside.
+        The trace is empty inside the block and complete after it. On exit, whatever
+        happened inside, the trace is disarmed and the kernel objects made for it
+        alone are released. What a session keeps between traces stays: the graph
+        backend's function-tracer instance and spare sets of the LBR tracer's maps,
+        until the tracer closes, and the hook on a program of a `BpfObject`, until
+        that object closes (or the tracer does; `capture/hooks/program_exits.py`).
         """
         parsed = parse_targets(targets)
         chosen_filter = _filter(filter) or self._filter

@@ -12,5 +12,5 @@ PYTEST_LBR = str(Path(sys.executable).parent / "pytest-lbr")
 
 #: Options for the pytest sessions tests start: no cache files in the suite's
 #: directory, and no Hypothesis plugin, which imports all of Hypothesis at each
-#: session's end (seconds under TCG) though these sessions run no property tests.
+#: session's end (slow in a guest) though these sessions run no property tests.
 PYTEST_QUIET = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")

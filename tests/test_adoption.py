@@ -4,8 +4,8 @@ The wheel is built from this tree, installed into a fresh venv in a temporary
 directory outside the checkout, and used by a small third-party project written
 here: its own XDP program (compiled by this test with clang), its own tests and a
 golden file. The project runs through `pytest-lbr vm` from its own directory, in
-the 6.1 and 6.12 guests, exactly as docs/ci.md tells users to. Takes a few
-minutes (three guest boots under TCG, two at a time).
+the 6.1 and 6.12 guests, exactly as docs/ci.md tells users to: slow (three
+guest boots, two at a time).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ import os
 
 import pytest
 
+# The harness's public path, as a project imports it (`pytest_lbr.bpf`).
+from pytest_lbr.bpf import BpfObject, Program
+
 # xdist_group: with `-n 2 --dist loadgroup` the tests that boot guests share one worker
 # (pytest 8). ci/test runs this module on its own, beside the kernel guests.
 pytestmark = [pytest.mark.kernel, pytest.mark.xdist_group("guests")]
@@ -72,6 +75,7 @@ PACKET = bytes(64)
 
 def load(bpf, path="build/counter.bpf.o"):
     obj = bpf.load(path)
+    assert isinstance(obj, BpfObject) and isinstance(obj.programs["count_packets"], Program)
     obj.maps["counts"].update((64).to_bytes(4, "little"), (0).to_bytes(8, "little"))
     return obj, obj.programs["count_packets"]
 
@@ -92,8 +96,8 @@ def test_path_from_the_working_directory(bpf):
 
 
 def test_the_wheels_lbr_tracer_attaches_and_says_why_no_branches(bpf, lbr):
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.capture.tracer_object import tracer_object
+    from pytest_lbr.capture.hooks.hook_set import HookSet
+    from pytest_lbr.capture.hooks.tracer_object import tracer_object
     from pytest_lbr.targets import parse_target
 
     assert "site-packages" in str(tracer_object())  # the wheel's own object

@@ -140,18 +140,25 @@ def test_the_layout_names_paths_that_exist() -> None:
 
 
 def test_the_layout_names_every_module_of_the_package() -> None:
+    # Every folder and module, at any depth; a folder's line stands for its __init__.py.
     paths = _layout()
     entries = [
-        f"pytest_lbr/{p.name}/" if p.is_dir() else f"pytest_lbr/{p.name}"
-        for p in PACKAGE.iterdir()
-        if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")
+        f"{p.relative_to(PACKAGE.parent)}/"
+        if p.is_dir()
+        else str(p.relative_to(PACKAGE.parent).parent) + "/"
+        if p.name == "__init__.py"
+        else str(p.relative_to(PACKAGE.parent))
+        for p in PACKAGE.rglob("*")
+        if "__pycache__" not in p.parts
+        and "objects" not in p.relative_to(PACKAGE).parts
+        and (p.is_dir() or p.suffix == ".py")
     ]
     unnamed = [e for e in sorted(entries) if not any(fnmatch.fnmatchcase(e, p) for p in paths)]
     assert not unnamed, f"not in docs/architecture.md's layout: {unnamed}"
 
 
 def _capture_modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in (PACKAGE / "capture").glob("*.py")}
+    return {_module_name(p): p for p in (PACKAGE / "capture").rglob("*.py")}
 
 
 def test_no_isinstance_on_backend_classes_outside_capture() -> None:
@@ -167,7 +174,7 @@ def test_no_isinstance_on_backend_classes_outside_capture() -> None:
     } - set(capture.__all__)
     wrong = []
     for path in PACKAGE.rglob("*.py"):
-        if path.parent == PACKAGE / "capture":
+        if PACKAGE / "capture" in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not (
@@ -217,3 +224,87 @@ def test_no_module_is_over_800_lines() -> None:
     assert not big, f"modules over {MAX_LINES} lines (split them by job):\n" + "\n".join(big)
     stale = [name for name in OVERSIZED if sizes.get(name, 0) <= MAX_LINES]
     assert not stale, f"no longer over {MAX_LINES} lines: drop from OVERSIZED: {stale}"
+
+
+def _tested_by(doc: str) -> list[str]:
+    """The test paths a docstring names after "Tested by" (to the end of its paragraph): a
+    path under tests/, or a test file's name in the folder of the path before it."""
+    paths: list[str] = []
+    for said in re.findall(r"Tested by\s+(.+?)(?:\n\s*\n|$)", doc, re.S):
+        folder = "tests/"
+        for word in re.findall(r"tests/[\w/*.]*[\w/*]|test_[\w*]+\.py", said):
+            if word.startswith("tests/"):
+                folder = word if word.endswith("/") else word.rpartition("/")[0] + "/"
+                paths.append(word)
+            else:
+                paths.append(folder + word)
+    return paths
+
+
+def _module_test(path: Path) -> str:
+    """Where a module's test is found: "" if nowhere. Tests mirror the package (the test of
+    `X/y.py` is `tests/X/test_y.py`, or `tests/kernel/X/test_y.py` if it runs in the guests;
+    of a folder's `__init__.py`, `tests/test_X.py`), or the folder's `__init__.py` names
+    the module and says where it is tested ("Tested by tests/...")."""
+    rel = path.relative_to(PACKAGE)
+    parts = rel.parent.parts if rel.name == "__init__.py" else rel.with_suffix("").parts
+    if parts:
+        mirror = Path(*parts[:-1], f"test_{parts[-1]}.py")
+        for root in ("tests", "tests/kernel"):
+            if (REPO / root / mirror).is_file():
+                return f"{root}/{mirror}"
+    init = path if rel.name == "__init__.py" else path.parent / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    name = parts[-1] if parts else "pytest_lbr"
+    named = rel.name == "__init__.py" or re.search(
+        rf"(?<![\w/])(?:{name}\.py\b|`{name}`|`[\w.]+\.{name}`)", doc
+    )
+    said = _tested_by(doc)
+    if named and said and all(list(REPO.glob(p.rstrip("/"))) for p in said):
+        return f"named in {init.relative_to(PACKAGE.parent)}"
+    return ""
+
+
+#: Modules whose test is not found by their name for now, each with why.
+UNNAMED_TESTS: dict[str, str] = {}
+
+
+def test_every_module_has_its_test_found_by_its_name() -> None:
+    found = {
+        str(p.relative_to(PACKAGE.parent)): _module_test(p)
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if "objects" not in p.parts
+    }
+    untested = [m for m, where in found.items() if not where and m not in UNNAMED_TESTS]
+    assert not untested, (
+        "no test found for (mirror it as tests/X/test_y.py, or name the module and its test"
+        " after 'Tested by' in its folder's __init__.py):\n" + "\n".join(untested)
+    )
+    stale = [m for m in UNNAMED_TESTS if found.get(m)]
+    assert not stale, f"their tests are found now: drop from UNNAMED_TESTS: {stale}"
+
+
+def test_tested_by_names_paths_that_exist() -> None:
+    wrong = [
+        f"{p.relative_to(PACKAGE.parent)}: {said}"
+        for p in sorted(PACKAGE.rglob("__init__.py"))
+        for said in _tested_by(ast.get_docstring(ast.parse(p.read_text())) or "")
+        if not list(REPO.glob(said.rstrip("/")))
+    ]
+    assert not wrong, "'Tested by' names tests that do not exist:\n" + "\n".join(wrong)
+
+
+def test_no_three_modules_of_a_folder_share_a_prefix() -> None:
+    # Three files with one prefix (`graph_*.py`) are a package waiting to exist.
+    families = []
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir())]:
+        prefixes: dict[str, list[str]] = {}
+        for p in folder.glob("*.py"):
+            if p.stem.partition("_")[0] and not p.stem.startswith("__"):
+                prefixes.setdefault(p.stem.partition("_")[0], []).append(p.name)
+        families += [
+            f"{folder.relative_to(PACKAGE.parent)}/: {sorted(names)}"
+            for names in prefixes.values()
+            if len(names) >= 3
+        ]
+    assert not families, "make each a package:\n" + "\n".join(families)

@@ -1,4 +1,4 @@
-"""arm64 (issue 18): symbols and disassembly of arm64 ELF built on this host.
+"""arm64: symbols and disassembly of arm64 ELF built on this host.
 
 The LBR selftest's arm64 answer is "not available" (no bpf_get_branch_snapshot for
 BRBE in mainline); what arm64 users get is the graph backend, whose traces need
@@ -38,7 +38,7 @@ def arm64_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_arm64_elf_is_arm64(arm64_elf: Path) -> None:
-    from pytest_lbr.capture.tracer_object import object_arch
+    from pytest_lbr.capture.hooks.tracer_object import object_arch
 
     header = arm64_elf.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64

@@ -1,4 +1,4 @@
-"""arm64 kernels (issue 18): file:line and disassembly of Debian's arm64 debug vmlinux,
+"""arm64 kernels: file:line and disassembly of Debian's arm64 debug vmlinux,
 fetched on this x86-64 host the way `pytest-lbr fetch-vmlinux 6.1.0-NN-arm64` does."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from pytest_lbr.fetch_vmlinux import fetch_debian_dbg
+from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg
 from pytest_lbr.symbols.disasm import VmlinuxText, disassemble, instruction_at
 from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines, sample_text_addresses
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import pytest_lbr
-from pytest_lbr.capture.tracer_object import object_arch
+from pytest_lbr.capture.hooks.tracer_object import object_arch
 from pytest_lbr.tracer import Tracer
 
 pytest_plugins = ["pytester"]

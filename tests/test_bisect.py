@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.bisect_step import golden_diffs, pytest_verdict, read_session
+from pytest_lbr.bisect.step import golden_diffs, pytest_verdict, read_session
 from pytest_lbr.results import GoldenRecord, Results, SessionRecord, SplatRecord, TestResult
 from tests.commands import PYTEST_LBR
 from tests.test_plugin import TRACE_HELPER
@@ -381,7 +381,7 @@ def test_kernel_history_dry_run_builds_with_the_tracing_config(tmp_path: Path) -
     python = Path(sys.executable).parent
     assert re.match(
         rf"git -C {re.escape(str(tree))} bisect run {re.escape(str(python))}/python3?"
-        r" -P -m pytest_lbr\.bisect_step ",
+        r" -P -m pytest_lbr\.bisect\.step ",
         lines[1],
     ), lines[1]
     build = lines[2]
@@ -506,7 +506,7 @@ def test_guest_verdicts_come_from_the_guest_records_whatever_the_runner_says(
 ) -> None:
     """Each way a guest can end, as `pytest-lbr vm` records it: the verdict is the same
     when every message of the runner is reworded; a panic is read from the record."""
-    from pytest_lbr.bisect_step import BisectPlan, _guest_verdict
+    from pytest_lbr.bisect.step import BisectPlan, _guest_verdict
 
     panic = PANIC_CONSOLE.read_text()
     ends = [
@@ -567,7 +567,7 @@ def test_rewording_the_vm_runners_messages_changes_no_verdict(tmp_path: Path) ->
     """The real `pytest-lbr vm --bisect` with a kernel that does not boot, once as it
     is and once with every `[vm]` line and guest error reworded (a sitecustomize): the
     step's verdict and reason come from the guest records, so they stay the same."""
-    from pytest_lbr.bisect_step import BisectPlan, _guest_verdict
+    from pytest_lbr.bisect.step import BisectPlan, _guest_verdict
 
     _vm_tools_or_skip()
     bogus = tmp_path / "vmlinuz-bogus"

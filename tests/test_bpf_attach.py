@@ -9,7 +9,6 @@ import struct
 
 import pytest
 
-from pytest_lbr.bpf import _ATTACH_WITH
 from pytest_lbr.bpf.attach import (
     NETFILTER_HOOKS,
     NEWER_PROG_TYPES,
@@ -18,7 +17,8 @@ from pytest_lbr.bpf.attach import (
     netfilter_link_attr,
     netns_path,
 )
-from pytest_lbr.libbpf import NetfilterLinkCreateAttr
+from pytest_lbr.bpf.harness import _ATTACH_WITH
+from pytest_lbr.bpf.libbpf import NetfilterLinkCreateAttr
 
 
 def test_the_netfilter_link_attr_is_the_uapi_layout() -> None:
@@ -111,7 +111,7 @@ def test_opening_gives_sections_libbpf_lacks_their_types(
     from pathlib import Path
 
     from pytest_lbr.bpf.attach import prepare_sections
-    from pytest_lbr.libbpf import lib
+    from pytest_lbr.bpf.libbpf import lib
 
     path = Path(__file__).resolve().parent / "conformance" / "build" / f"{name}.bpf.o"
     if not path.exists():

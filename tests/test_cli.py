@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.cli import doctor_checks, main
-from pytest_lbr.fetch_vmlinux import extract_vmlinux
+from pytest_lbr.cli.fetch_vmlinux import extract_vmlinux
 from pytest_lbr.golden import serialize
 from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS, find_tracefs
 from pytest_lbr.live import comm_matches, hit_json, is_error

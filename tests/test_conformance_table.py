@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.lbr import NO_BRANCHES_NOTE
+from pytest_lbr.capture.lbr.backend import NO_BRANCHES_NOTE
 from pytest_lbr.results import SessionRecord, TestResult, TraceRecord, append_record
 from tests.conformance import table
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.flame import FLAME_WIDTH, flame_svg, folded_lines, folded_stacks
-from pytest_lbr.report import _trace_json, write_html, write_test_files
+from pytest_lbr.report.flame import FLAME_WIDTH, flame_svg, folded_lines, folded_stacks
+from pytest_lbr.report.render import _trace_json, write_html, write_test_files
 from tests.test_report import CHROMIUM, record, screenshot, write_trace
 
 

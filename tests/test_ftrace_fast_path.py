@@ -16,8 +16,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_lbr.capture import graph_text
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.graph import text as graph_text
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from tests.fuzzing import fuzz_settings, report_runs
 
 RUNS: Counter[str] = Counter()

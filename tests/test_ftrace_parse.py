@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.graph import probe_graph
-from pytest_lbr.capture.graph_calls import BPF_SYMBOL_RE, reconstruct
-from pytest_lbr.capture.graph_hits import build_hits, descendants
-from pytest_lbr.capture.graph_own import FTRACE_OWN_PARENTS
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
-from pytest_lbr.capture.records import RawHit
+from pytest_lbr.capture.graph.backend import probe_graph
+from pytest_lbr.capture.graph.calls import BPF_SYMBOL_RE, reconstruct
+from pytest_lbr.capture.graph.hits import build_hits, descendants
+from pytest_lbr.capture.graph.own import FTRACE_OWN_PARENTS
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.kernel import tracefs
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
-from pytest_lbr.report import Node, call_tree
+from pytest_lbr.report.render import Node, call_tree
 from pytest_lbr.targets import parse_target
 
 DATA = Path(__file__).parent / "data"
@@ -552,7 +552,7 @@ def test_arm64_softirq_on_the_irq_stack_is_not_the_threads_work() -> None:
 
 
 def test_runs_of_a_narrowed_trace_are_cut_at_their_returns() -> None:
-    # A system-wide trace narrowed to the program's calls (capture/graph_narrow.py)
+    # A system-wide trace narrowed to the program's calls (capture/graph/narrow.py)
     # records none of the BPF_PROG_TEST_RUN machinery between two runs: here the
     # two runs of the 6.12 guest's records above, keeping only the program's own
     # calls. The fexit records alone then say where one run ends.
@@ -734,7 +734,7 @@ def test_an_exception_handler_is_entered_by_the_cpu_not_by_an_unseen_caller() ->
 def test_only_the_tracers_own_programs_are_its_work() -> None:
     # Our fexit hook's calls are the tracer's; the selftest's traced XDP program and a
     # user's program named lbr_init are traced code (a glob on "lbr_*" took both).
-    from pytest_lbr.capture.graph_own import TracerOwn
+    from pytest_lbr.capture.graph.own import TracerOwn
 
     def rec(tid: int, parent: str) -> FunctionRecord:
         return FunctionRecord(

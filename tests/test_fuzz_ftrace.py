@@ -14,7 +14,7 @@ from collections import Counter
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_lbr.capture.graph_text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.kernel.functions import matching_functions
 from tests.fuzzing import fuzz_settings, report_runs
 

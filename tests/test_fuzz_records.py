@@ -17,8 +17,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.records import RawHit, decode_record, hit_record_type
-from pytest_lbr.capture.tracer_object import TracerLayout, tracer_layout
+from pytest_lbr.capture.hooks.records import RawHit, decode_record, hit_record_type
+from pytest_lbr.capture.hooks.tracer_object import TracerLayout, tracer_layout
 from tests.fuzzing import fuzz_settings, report_runs
 
 RUNS: Counter[str] = Counter()

@@ -1,4 +1,4 @@
-"""Concurrent `--lbr-golden-update` writes each golden file once and whole (issue 19).
+"""Concurrent `--lbr-golden-update` writes each golden file once and whole.
 
 An inner suite of CASES golden tests each checks one trace with the
 `lbr_golden` fixture. One plain `--lbr-golden-update` session records the
@@ -12,7 +12,7 @@ What is under test is the golden write path (xdist workers, the file system,
 the atomic write), which is the same whatever made the trace, so this runs on
 the host: the traces are built from the kernel's real vfs_write call paths
 (write_null, write_full), one more callee per case so that every file differs.
-In a TCG guest the same test cost ~200 s of worker start-up.
+In an emulated guest the workers' start-up would be most of the test's cost.
 """
 
 from __future__ import annotations

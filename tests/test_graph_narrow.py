@@ -1,4 +1,4 @@
-"""The call graph a system-wide graph trace is narrowed to (`capture.graph_narrow`),
+"""The call graph a system-wide graph trace is narrowed to (`capture.graph.narrow`),
 read from Debian's real 6.1 debug vmlinux: its symbol table as kallsyms would list
 it (`nm`, the same format and the same t/T types), its code bytes as /proc/kcore
 would give them."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.graph_narrow import NARROW_LIMIT, callee_closure, image_roots
+from pytest_lbr.capture.graph.narrow import NARROW_LIMIT, callee_closure, image_roots
 from pytest_lbr.symbols.disasm import VmlinuxText, call_targets, disassemble
 from pytest_lbr.symbols.kallsyms import KernelSymbols
-from tests.test_disasm import vmlinux_61  # noqa: F401 -- the fixture
+from tests.symbols.test_disasm import vmlinux_61  # noqa: F401 -- the fixture
 
 ROOT = "htab_map_update_elem"
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_lbr.capture.graph_hits import build_hits
-from pytest_lbr.capture.graph_text import FunctionRecord, parse_trace
-from pytest_lbr.capture.records import RawHit
+from pytest_lbr.capture.graph.hits import build_hits
+from pytest_lbr.capture.graph.text import FunctionRecord, parse_trace
+from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target
 

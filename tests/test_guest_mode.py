@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.guest import Tally, read_tally
+from pytest_lbr.guest_mode import Tally, read_tally
 
 pytest_plugins = ["pytester"]
 

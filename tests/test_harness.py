@@ -29,7 +29,7 @@ from pytest_lbr.bpf import (
     RunResult,
     TcLink,
 )
-from pytest_lbr.libbpf import BpfError, bpf_link_info, check_int, lib, libbpf_messages
+from pytest_lbr.bpf.libbpf import BpfError, bpf_link_info, check_int, lib, libbpf_messages
 from tests.bpf.objects import (
     LAST_CPU,
     LAST_CSUM,
@@ -374,7 +374,7 @@ def test_a_tc_link_has_no_fd_and_says_why():
 
 @links_group
 def test_an_xdp_link_fd_is_its_bpf_link(loader):
-    from pytest_lbr.netns import VethPair
+    from pytest_lbr.bpf.netns import VethPair
 
     if shutil.which("ip") is None:
         pytest.skip("iproute2's ip is not installed")

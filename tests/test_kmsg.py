@@ -22,7 +22,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_lbr.guest import SPLATS_FILE
+from pytest_lbr.guest_mode import SPLATS_FILE
 from pytest_lbr.kernel.kmsg import (
     MAX_SPLAT_LINES,
     KernelLog,
@@ -31,8 +31,8 @@ from pytest_lbr.kernel.kmsg import (
     find_splats,
     is_own_task,
 )
-from pytest_lbr.record import TestRecord
-from pytest_lbr.report import render_html, write_html, write_test_files
+from pytest_lbr.report.record import TestRecord
+from pytest_lbr.report.render import render_html, write_html, write_test_files
 from pytest_lbr.vm import GuestResult, unreported_splats
 from tests.commands import PYTEST_QUIET
 from tests.fuzzing import fuzz_settings

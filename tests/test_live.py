@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture import Scope, graph_live
-from pytest_lbr.capture.graph import GraphCapture
-from pytest_lbr.capture.graph_hits import build_hits
-from pytest_lbr.capture.graph_live import LiveState
-from pytest_lbr.capture.graph_text import parse_trace
+from pytest_lbr.capture import Scope
+from pytest_lbr.capture.graph import live_state as graph_live
+from pytest_lbr.capture.graph.backend import GraphCapture
+from pytest_lbr.capture.graph.hits import build_hits
+from pytest_lbr.capture.graph.live_state import LiveState
+from pytest_lbr.capture.graph.text import parse_trace
 from pytest_lbr.model import Hit
 from pytest_lbr.targets import parse_target
 

@@ -16,7 +16,7 @@ import pytest
 
 from pytest_lbr import capture, golden, plugin
 from pytest_lbr.capture import PMU_REGISTRY, REGISTRY, Scope, backend_class
-from pytest_lbr.capture.lbr import PMUS as LBR_PMUS
+from pytest_lbr.capture.lbr.backend import PMUS as LBR_PMUS
 from pytest_lbr.cli import build_parser, main
 from pytest_lbr.golden import normalize
 from pytest_lbr.kernel.perf import BRANCH_FILTERS

@@ -1,5 +1,5 @@
 """Real attachment on the host (no tracing needed): veth pairs in a new network
-namespace (`pytest_lbr.netns`, the `veth` fixture) and XDP / tc programs attached
+namespace (`pytest_lbr.bpf.netns`, the `veth` fixture) and XDP / tc programs attached
 to them (`Program.attach_xdp`, `Program.attach_tc`), with real packets through them.
 
 Every test checks that what it made is gone afterwards: interfaces (`ip -j link`),
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import AttachError, BpfLoader, TcLink, XdpLink
-from pytest_lbr.netns import NetnsError, VethPair, call_in, cleanup_stale, netns_list
+from pytest_lbr.bpf.netns import NetnsError, VethPair, call_in, cleanup_stale, netns_list
 from tests.bpf.objects import require_root
 
 pytest_plugins = ["pytester"]

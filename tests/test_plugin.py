@@ -194,7 +194,7 @@ def test_without_lbr_nothing_heavy_is_imported(pytester: pytest.Pytester) -> Non
         def test_modules():
             loaded = sorted(m for m in sys.modules if m.startswith("pytest_lbr"))
             heavy = [m for m in loaded if m.startswith(("pytest_lbr.capture.", "pytest_lbr.symbols",
-                     "pytest_lbr.libbpf", "pytest_lbr.bpf", "pytest_lbr.golden", "pytest_lbr.report"))]
+                     "pytest_lbr.bpf.libbpf", "pytest_lbr.bpf", "pytest_lbr.golden", "pytest_lbr.report.render"))]
             assert heavy == [], loaded
         """
     )

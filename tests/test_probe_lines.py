@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture import tracer_object
-from pytest_lbr.capture.lbr import branch_events_problem
+from pytest_lbr.bpf.libbpf import MIN_LIBBPF, libbpf_version, libbpf_version_problem
+from pytest_lbr.capture.hooks import tracer_object
+from pytest_lbr.capture.lbr.backend import branch_events_problem
 from pytest_lbr.kernel import perf
-from pytest_lbr.libbpf import MIN_LIBBPF, libbpf_version, libbpf_version_problem
 
 
 def test_installed_libbpf_is_new_enough() -> None:

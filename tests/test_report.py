@@ -16,8 +16,8 @@ import pytest
 
 from pytest_lbr.golden import GoldenResult
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.record import TestRecord
-from pytest_lbr.report import call_tree, render_html, write_html, write_test_files
+from pytest_lbr.report.record import TestRecord
+from pytest_lbr.report.render import call_tree, render_html, write_html, write_test_files
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NODE_BLUE = (0xCF, 0xE3, 0xFF)  # svg.tree rect.fn fill
@@ -170,7 +170,9 @@ def test_screenshot_shows_the_diagram(tmp_path: Path) -> None:
             "nodeid": "tests/test_x.py::test_write",
             "outcome": "passed",
             "text": "t.txt",
-            "traces": [__import__("pytest_lbr.report", fromlist=["x"])._trace_json(write_trace())],
+            "traces": [
+                __import__("pytest_lbr.report.render", fromlist=["x"])._trace_json(write_trace())
+            ],
             "golden": [],
         }
     ]

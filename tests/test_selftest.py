@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.lbr import decode_branches
+from pytest_lbr.capture.lbr.backend import decode_branches
 from pytest_lbr.cli import main
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.record import TestRecord
-from pytest_lbr.report import write_test_files
+from pytest_lbr.report.record import TestRecord
+from pytest_lbr.report.render import write_test_files
 from pytest_lbr.selftest import program as selftest_program
 from pytest_lbr.selftest.compare import compare_reports
 from pytest_lbr.selftest.facts import lbr_facts
@@ -82,7 +82,7 @@ def _ksym(k: KernelSymbols, *names: str) -> int:
 
 @pytest.fixture(scope="module")
 def snapshot(loaded: selftest_program.SelftestProgram) -> Snapshot:
-    from pytest_lbr.symbols.bpfprog import jited_image
+    from pytest_lbr.programs.lines import jited_image
     from pytest_lbr.symbols.disasm import disassemble
 
     start, code = jited_image(loaded.fd)

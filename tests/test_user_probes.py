@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.graph_hits import build_hits
-from pytest_lbr.capture.graph_text import EventRecord
+from pytest_lbr.capture.graph.hits import build_hits
+from pytest_lbr.capture.graph.text import EventRecord
 from pytest_lbr.symbols.elf import ElfError, ElfFunctions
 from pytest_lbr.targets import parse_targets
 

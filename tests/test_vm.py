@@ -1,6 +1,6 @@
 """`pytest-lbr vm` from the host: dry runs, kernel choice, exit statuses, boot failures.
 
-The boot tests start real virtme-ng guests (about a minute under TCG each). The
+The boot tests start real virtme-ng guests (slow without KVM). The
 guest-side plugin behaviour (strict mode, shards, the tally) is in
 tests/test_guest_mode.py.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import vm
-from pytest_lbr.guest import read_tally
+from pytest_lbr.guest_mode import read_tally
 from pytest_lbr.results import guest_record
 from pytest_lbr.vm import (
     EXIT_NO_GUEST,

@@ -21,8 +21,7 @@ import errno
 import os
 from typing import Protocol
 
-from pytest_lbr.bpf.links import _L, AttachError, Link, _interface, _last, _on, link_id
-from pytest_lbr.libbpf import (
+from pytest_lbr.bpf.libbpf import (
     BPF_LINK_CREATE,
     BPF_NETFILTER,
     BPF_PROG_TYPE_NETFILTER,
@@ -35,7 +34,8 @@ from pytest_lbr.libbpf import (
     libbpf_messages,
     sys_bpf,
 )
-from pytest_lbr.netns import NETNS_RUN_DIR, call_in
+from pytest_lbr.bpf.links import _L, AttachError, Link, _interface, _last, _on, link_id
+from pytest_lbr.bpf.netns import NETNS_RUN_DIR, call_in
 
 __all__ = [
     "NETFILTER_FAMILIES",

@@ -14,8 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from pytest_lbr.errors import UserError
-from pytest_lbr.libbpf import (
+from pytest_lbr.bpf.libbpf import (
     BPF_TC_EGRESS,
     BPF_TC_INGRESS,
     XDP_ATTACHED_MODES,
@@ -28,7 +27,8 @@ from pytest_lbr.libbpf import (
     lib,
     libbpf_messages,
 )
-from pytest_lbr.netns import call_in
+from pytest_lbr.bpf.netns import call_in
+from pytest_lbr.errors import UserError
 
 __all__ = [
     "TC_DIRECTIONS",

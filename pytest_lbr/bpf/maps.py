@@ -14,7 +14,7 @@ import errno
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from pytest_lbr.libbpf import check_int, lib
+from pytest_lbr.bpf.libbpf import check_int, lib
 
 __all__ = ["Map"]
 

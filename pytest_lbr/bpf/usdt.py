@@ -17,8 +17,8 @@ import os
 from ctypes import Structure, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 from typing import Any, Protocol, TypeVar
 
+from pytest_lbr.bpf.libbpf import lib, libbpf_messages
 from pytest_lbr.bpf.links import AttachError, Link
-from pytest_lbr.libbpf import lib, libbpf_messages
 
 __all__ = ["UsdtOpts", "attach_usdt"]
 
@@ -52,7 +52,7 @@ class UsdtOpts(Structure):
 
 def _attach_fn() -> Any:
     """libbpf's bpf_program__attach_usdt with its prototype (declared once here:
-    pytest_lbr.libbpf declares the others); AttachError where libbpf has none (< 0.8)."""
+    pytest_lbr.bpf.libbpf declares the others); AttachError where libbpf has none (< 0.8)."""
     fn = getattr(lib, "bpf_program__attach_usdt", None)
     if fn is None:
         raise AttachError(

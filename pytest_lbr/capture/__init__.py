@@ -4,15 +4,24 @@ Every backend implements the protocols of `pytest_lbr.capture.base` (a
 `BackendDriver` class that opens `Capture`s) and is named once, in `REGISTRY`:
 
 * ``lbr``   -- a BPF program at each target calls bpf_get_branch_snapshot() first
-  thing and ships the records through a ring buffer (`pytest_lbr.capture.lbr`);
+  thing and ships the records through a ring buffer (`pytest_lbr.capture.lbr.backend`);
 * ``graph`` -- the software call trace for machines without LBR
-  (`pytest_lbr.capture.graph`).
+  (`pytest_lbr.capture.graph.backend`).
 
 Adding a backend is a module with its driver class and one line in `REGISTRY`;
 nothing else picks a backend by its name. `resolve_backend` probes a backend once
 and gives the `Backend` the tracer opens every capture through: it keeps what a
 backend sets up once per session (the graph backend's function tracer) until it
 is closed.
+
+Besides the registry (here) and the protocols (`base.py`), what the backends share:
+`hooks/` (the LBR tracer's BPF hooks, which both attach), `call_sites.py` (where a
+function calls another, read from live code), `implied.py` (calls of a BPF program the
+function tracer cannot record, proven by its code) and `helper_table.py` (each BPF
+helper and how each backend sees its calls: `pytest-lbr doctor --helpers`). Tested by
+tests/test_capture_protocol.py, test_scope_args.py, test_helper_table.py,
+test_graph_narrow.py (call sites), tests/symbols/test_bpf_flow.py (implied calls) and,
+in the guests, by tests/kernel/.
 """
 
 from __future__ import annotations
@@ -60,14 +69,14 @@ __all__ = [
 #: "auto" prefers them. Imported only when a backend is used. Its names are
 #: `BackendName`'s, "auto" aside, in the same order (tests/test_names.py checks).
 REGISTRY: dict[str, str] = {
-    "lbr": "pytest_lbr.capture.lbr:LbrBackend",
-    "graph": "pytest_lbr.capture.graph:GraphBackend",
+    "lbr": "pytest_lbr.capture.lbr.backend:LbrBackend",
+    "graph": "pytest_lbr.capture.graph.backend:GraphBackend",
 }
 
 #: Backends that also run on a PMU other than the CPU's ("hardware", the default):
 #: (name, PMU) -> "module:class" of that variant's driver (`--lbr-pmu`).
 PMU_REGISTRY: dict[tuple[str, str], str] = {
-    ("lbr", "software"): "pytest_lbr.capture.lbr:LbrSoftwareBackend",
+    ("lbr", "software"): "pytest_lbr.capture.lbr.backend:LbrSoftwareBackend",
 }
 
 #: Backend names a user can ask for: "auto", then `REGISTRY`'s (`BackendName`).

@@ -6,7 +6,7 @@ kernel/trace/bpf_trace.c (`bpf_probe_read_kernel`, `bpf_trace_printk`,
 `bpf_seq_write`: that directory is built without -pg, kernel/trace/Makefile),
 and notrace code such as an out-of-line copy of an `inline` function
 (`htab_lock_bucket`). They show only as the parent of the calls they make.
-`graph_hits` gives such a function the innermost frame running at that moment
+`graph.hits` gives such a function the innermost frame running at that moment
 as its caller, and asks `CallSites` where in that caller's code a call
 instruction targets it. The answer comes from the code itself (the JIT image of
 a BPF program, kernel text through /proc/kcore, disassembled with capstone), so

@@ -60,12 +60,12 @@ def program_flow(
     to its JIT image (`jit_call_index`) or its code cannot be read (not root).
     `traceable`: whether the function tracer can patch a function (by name);
     `syms`: kallsyms, for the called functions' names."""
+    from pytest_lbr.bpf.libbpf import BpfError
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.kernel.machine import machine
-    from pytest_lbr.kernel.programs import Btf, program_details
-    from pytest_lbr.libbpf import BpfError
+    from pytest_lbr.programs.info import Btf, program_details
+    from pytest_lbr.programs.lines import jited_image
     from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index
-    from pytest_lbr.symbols.bpfprog import jited_image
     from pytest_lbr.symbols.disasm import call_targets, disassemble
 
     try:
@@ -160,8 +160,8 @@ def empty_runs_note(hits: list[Hit], programs: list[str]) -> list[str]:
 def program_returns(fd: int) -> tuple[int, bool] | None:
     """What the program (an fd) returns, from its BTF (`Btf.return_type`): (size,
     signed) for an integer, (0, False) for void; None where unknown."""
-    from pytest_lbr.kernel.programs import Btf, program_details
-    from pytest_lbr.libbpf import BpfError
+    from pytest_lbr.bpf.libbpf import BpfError
+    from pytest_lbr.programs.info import Btf, program_details
 
     try:
         details = program_details(fd)

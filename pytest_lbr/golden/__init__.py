@@ -25,6 +25,8 @@ One job per module, in the order a check uses them:
 - `compare`: golden lines vs this run's, first divergence, diff;
 - `check`: the whole workflow for one trace (`GoldenCheck` -> `GoldenResult`);
 - `unused`: golden files no test used in a session.
+
+Tested by tests/test_golden.py, test_golden_concurrency.py and test_fuzz_golden.py.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from ctypes import POINTER, c_uint32
 from pathlib import Path
 
+from pytest_lbr.bpf.libbpf import lib
 from pytest_lbr.kernel.tracefs import TRACEFS_MOUNTS
-from pytest_lbr.libbpf import lib
 from pytest_lbr.noise import TRACER_OWN_FUNCTIONS
 from pytest_lbr.targets import Target
 
@@ -161,8 +161,8 @@ _FILTER_FUNCTIONS: dict[str, tuple[bytes, str]] = {}
 def filter_functions_text(root: Path | str) -> str:
     """`available_filter_functions` under tracefs `root`, read once per process.
 
-    The kernel builds the text afresh on every read (~50,000 lines: seconds in a
-    TCG guest). It changes only when modules come or go, so the copy is reused
+    The kernel builds the text afresh on every read (~50,000 lines). It changes
+    only when modules come or go, so the copy is reused
     until /proc/modules says otherwise. OSError if it cannot be read.
     """
     key = str(root)
@@ -184,8 +184,8 @@ def matching_functions(text: str, pattern: str, *, modules: bool = True) -> list
     """Names in `text` (available_filter_functions) matching the glob `pattern`.
 
     In file order, a name listed twice (static functions of one name) twice.
-    One regex over the whole text: ~50,000 lines in milliseconds, where a
-    Python loop of fnmatch calls takes seconds in a TCG guest.
+    One regex over the whole text, in C, not a Python loop of fnmatch calls
+    over ~50,000 lines.
     `modules=False` leaves out module functions ("name [module]").
     """
     suffix = r"(?: \[[^\]\n]*\])?" if modules else ""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from ctypes import Structure, c_char, c_uint8, c_uint32
 from dataclasses import dataclass
 
-from pytest_lbr.libbpf import BpfError, btf_type, check_int, lib, prog_info
+from pytest_lbr.bpf.libbpf import BpfError, btf_type, check_int, lib, prog_info
 
 __all__ = [
     "BPF_FUNC_TAIL_CALL",

@@ -4,8 +4,8 @@ The tracer (bpf/lbr_tracer.bpf.c) reads a task's tgid (following forks) and, on
 arm64, its `thread_info.preempt_count`; on x86 between v6.2 and v6.15 the
 per-CPU `preempt_count` is a member of `struct pcpu_hot`. Their offsets used to
 be CO-RE relocations in the object, and an object with any CO-RE relocation
-makes libbpf read and parse the whole vmlinux BTF (~5 MB) at every load: 0.05 s
-of a 0.08 s hook load in the 6.12 TCG guest. Read here, that parse happens once
+makes libbpf read and parse the whole vmlinux BTF (~5 MB) at every load, the
+larger part of a hook's load. Read here, that parse happens once
 per process and the offsets reach the tracer in its config (struct lbr_config).
 """
 
@@ -15,7 +15,7 @@ import ctypes
 import functools
 from dataclasses import dataclass
 
-from pytest_lbr.libbpf import btf_member, btf_type, lib
+from pytest_lbr.bpf.libbpf import btf_member, btf_type, lib
 
 __all__ = ["TracerOffsets", "member_offset", "tracer_offsets"]
 

@@ -6,8 +6,8 @@ per-CPU variable whose name moved between kernels (`__preempt_count` in 6.1,
 `pcpu_hot.preempt_count` from v6.2), found through `__per_cpu_offset`. The
 tracer takes the addresses in its config (the hook set adds the member's offset
 in `struct pcpu_hot`, from `kernel_btf`): as typeless `__ksym` externs, libbpf
-read all of /proc/kallsyms again at every hook load (about a second in the 6.12
-TCG guest). Reading it here costs that once per process.
+read all of /proc/kallsyms again at every hook load. Reading it here costs that
+once per process.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def preempt_count_symbols(path: str = "/proc/kallsyms") -> dict[str, int]:
         text += b"\n"
     found: dict[str, int] = {}
     for name in PREEMPT_COUNT_SYMBOLS:
-        # bytes.find, not a regex over the whole file (~0.5 s of ~10 MB under TCG):
+        # bytes.find, not a regex over the whole file (~10 MB; find is a memchr scan):
         # " NAME\n" ends a core kernel line (a module's lines end in "\t[module]").
         key, at = b" " + name.encode() + b"\n", 0
         while (end := text.find(key, at)) >= 0:

@@ -203,7 +203,7 @@ class Instance:
         that calls its start(), `function_trace_start()`, which empties the ring
         buffer and its overrun counters (`tracing_reset_online_cpus()`,
         kernel/trace/trace_functions.c; in 4.4 already, and in 6.1 and 6.12) after an
-        RCU grace period: 0.03 s under TCG. So later arms leave tracing_on at 1 and
+        RCU grace period, which each arm would wait for. So later arms leave tracing_on at 1 and
         switch the instance's tracing_cpumask from no CPU to every CPU instead
         (`tracing_set_cpumask()`: per-CPU counters, no grace period). The buffer is
         empty then if the last trace was read with `read_pipe`, which consumes it;
@@ -250,8 +250,8 @@ class Instance:
     def set_function_filter(self, names: Iterable[str], listing: str) -> None:
         """Record only the functions called `names` here (`set_ftrace_filter`).
 
-        By name, ftrace compares each name with every traceable function: 0.12-0.17 s
-        per name in the TCG guests (200 names: 24-34 s). By its line number in
+        By name, ftrace compares each name with every traceable function (tens of
+        thousands of them), so a long list takes long. By its line number in
         `listing` (available_filter_functions, counted from 1: Linux v5.1, "ftrace:
         Allow enabling of filters via index of available_filter_functions") it is
         found without comparing names. The kernel's own list is read back; where the

@@ -2,7 +2,7 @@
 
 Each hook hands off to the `LbrSession` in `config.stash` (`session.py`), which keeps
 the golden bookkeeping (`golden.py`), the kernel-splat watch (`splats.py`) and the
-results file (`results.py`); nothing heavy is imported here, so without `--lbr` the
+results file (`results_writer.py`); nothing heavy is imported here, so without `--lbr` the
 plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py, test_kmsg.py
 (splats), test_results.py, test_golden*.py, and in the guests by tests/kernel/.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_lbr import guest
+from pytest_lbr import guest_mode
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, SplatMode, choices
 from pytest_lbr.plugin.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSession
@@ -155,8 +155,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "sort_hits=False, scope='process', pid=None, cgroup=None): trace targets for the whole test body; golden=True compares with "
         "the golden trace afterwards",
     )
-    config.addinivalue_line("markers", guest.KERNEL_MARKER)
-    config.addinivalue_line("markers", guest.ALLOW_SKIP_MARKER)
+    config.addinivalue_line("markers", guest_mode.KERNEL_MARKER)
+    config.addinivalue_line("markers", guest_mode.ALLOW_SKIP_MARKER)
     config.addinivalue_line("markers", ALLOW_SPLAT_MARKER)
     # Its pytest_runtest_logreport sees every test's reports, on the xdist controller too.
     session = config.stash[SESSION_KEY] = LbrSession(config)
@@ -169,7 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _check_install() -> None:
     """Stop a tracing session whose install lacks the tracer object, in one line."""
-    from pytest_lbr.capture.tracer_object import install_problem
+    from pytest_lbr.capture.hooks.tracer_object import install_problem
 
     problem = install_problem()
     if problem:
@@ -181,7 +181,7 @@ def _session(config: pytest.Config) -> LbrSession:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    guest.select(config, items)
+    guest_mode.select(config, items)
     _session(config).add_marker_fixture(items)
 
 
@@ -209,7 +209,7 @@ def pytest_runtest_makereport(
     _session(item.config).on_report(item, call, report)
     if call.excinfo is not None and report.failed and not isinstance(report.longrepr, str):
         report.longrepr = one_line(call.excinfo, item.path) or report.longrepr
-    guest.enforce_strict(item, report)
+    guest_mode.enforce_strict(item, report)
     return report
 
 
@@ -274,7 +274,7 @@ def veth() -> Generator[Any, None, None]:
     and everything attached to them are removed at teardown, also when the test fails.
     Needs root and iproute2's `ip`.
     """
-    from pytest_lbr.netns import VethPair  # type: ignore[import-not-found,unused-ignore]
+    from pytest_lbr.bpf.netns import VethPair  # type: ignore[import-not-found,unused-ignore]
 
     with VethPair.create() as pair:
         yield pair

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.record import TestRecord
+from pytest_lbr.report.record import TestRecord
 
 if TYPE_CHECKING:
     from pytest_lbr.golden.normalize import Normalization

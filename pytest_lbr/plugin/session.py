@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest import TRACING_PROPERTY, in_guest
+from pytest_lbr.guest_mode import TRACING_PROPERTY, in_guest
 from pytest_lbr.names import (
     BackendName,
     LbrFilter,
@@ -29,10 +29,10 @@ from pytest_lbr.names import (
     parse_name,
 )
 from pytest_lbr.plugin.golden import GoldenBook
-from pytest_lbr.plugin.results import ResultsBook
+from pytest_lbr.plugin.results_writer import ResultsBook
 from pytest_lbr.plugin.splats import KernelSplats
 from pytest_lbr.progress import ProgressCallback, set_progress
-from pytest_lbr.record import TestRecord
+from pytest_lbr.report.record import TestRecord
 
 if TYPE_CHECKING:
     from pytest_lbr.capture import Backend
@@ -347,7 +347,7 @@ class LbrSession:
         """A kernel splat during this phase of the test fails it (`KernelSplats.check`);
         the test's report files are rewritten to show it."""
         if self.splats.check(item, report, self.record(item)) and self.report_dir is not None:
-            from pytest_lbr.report import write_test_files
+            from pytest_lbr.report.render import write_test_files
 
             write_test_files(self.report_dir, self.record(item))
 
@@ -383,7 +383,7 @@ class LbrSession:
         if not record.traces and not record.splats:
             return
         record.reported = True  # a test may use both `lbr` and `lbr_golden`
-        from pytest_lbr.report import write_test_files
+        from pytest_lbr.report.render import write_test_files
 
         text_path = write_test_files(self.report_dir, record)
         item.user_properties.append(("lbr_trace", str(text_path)))
@@ -427,7 +427,7 @@ class LbrSession:
         self.splats.finish(session)
         self._finish_results()
         if self.report_dir is not None and not self.is_worker:
-            from pytest_lbr.report import write_html
+            from pytest_lbr.report.render import write_html
 
             write_html(self.report_dir)
         self.golden.finish()

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest import note_splats
-from pytest_lbr.record import TestRecord
+from pytest_lbr.guest_mode import note_splats
+from pytest_lbr.report.record import TestRecord
 
 if TYPE_CHECKING:
     from pytest_lbr.kernel.kmsg import KernelLog, Splat

@@ -5,7 +5,8 @@ One line per check, pass / fail / not available with the reason, and a bundle
 from records to results, host-testable), `facts` (what the machine says about
 itself), `program` (the test program built from bpf/lbr_selftest.bpf.c, and its
 helper calls), `run` (the live run and the bundle), `compare` (two report
-directories, LBR vs graph).
+directories, LBR vs graph). Tested by tests/test_selftest.py and, in the guests, by
+tests/kernel/test_selftest_kernel.py.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from pytest_lbr.bpf import BpfObject, RunResult
 from pytest_lbr.kernel.machine import machine
-from pytest_lbr.kernel.programs import Btf, program_details
+from pytest_lbr.programs.info import Btf, program_details
+from pytest_lbr.programs.lines import jited_image
 from pytest_lbr.selftest.verdicts import CallSite
 from pytest_lbr.symbols import Symbolizer
-from pytest_lbr.symbols.bpfprog import jited_image
 from pytest_lbr.symbols.disasm import call_targets, disassemble
 
 __all__ = [

@@ -96,7 +96,7 @@ def write_bundle(bundle: Bundle, out_dir: Path) -> tuple[Path, Path]:
 def _environment(facts: _facts.LbrFacts, lbr_reason: str) -> dict[str, Any]:
     from importlib import metadata
 
-    from pytest_lbr.libbpf import libbpf_version
+    from pytest_lbr.bpf.libbpf import libbpf_version
 
     try:
         version = metadata.version("pytest-lbr")  # the installed distribution's
@@ -136,7 +136,7 @@ def run_selftest(
     bundle as they print; `progress` hears each result as it is decided.
     """
     say = progress or (lambda _: None)
-    from pytest_lbr.libbpf import libbpf_messages
+    from pytest_lbr.bpf.libbpf import libbpf_messages
 
     facts = _facts.lbr_facts()
     with libbpf_messages():  # the probe's reason says it; libbpf's chatter would not
@@ -225,7 +225,7 @@ def _lbr(
     add: Any,
 ) -> None:
     """The LBR items: one run traced by both backends at once, then one run per filter."""
-    from pytest_lbr.capture.tracer_object import tracer_layout
+    from pytest_lbr.capture.hooks.tracer_object import tracer_layout
 
     lbr = Tracer(backend="lbr", vmlinux=vmlinux)
     with ExitStack() as stack:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import capstone
 
-from ..libbpf import lib
+from ..bpf.libbpf import lib
 from ..model import Location
-from .bpfprog import jited_image
+from ..programs.lines import jited_image
 
 if TYPE_CHECKING:
     from . import Symbolizer

@@ -4,7 +4,7 @@
 ELF addresses (no KASLR): from the on-disk cache first, then llvm-symbolizer
 when installed (measured ~20x faster than pyelftools on a cold vmlinux; see
 bench/RESULTS-symbolize.md), else pyelftools, one compile unit at a time.
-Both paths give the same frames (tests/test_vmlinux_symbolize.py).
+Both paths give the same frames (tests/symbols/test_vmlinux.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..progress import progress
 from .cache import FrameCache, FrameTable, cache_dir, gc_paused
 from .frame import Frame
 
-if TYPE_CHECKING:  # pyelftools is imported where an ELF file is read (0.7 s under TCG)
+if TYPE_CHECKING:  # pyelftools is imported where an ELF file is read (a slow import)
     from elftools.elf.elffile import ELFFile
 
     from .dwarf import DwarfLines
@@ -112,7 +112,7 @@ def elf_build_id(path: str) -> str | None:
 
     A 64-bit little-endian file is read with struct from its section headers:
     every session's first symbolization asks this of a debug vmlinux, and
-    pyelftools takes 0.5-0.7 s under TCG to build its hundreds of sections. Any
+    pyelftools builds an object for each of its hundreds of sections first. Any
     other file, and any section the file is too short for, take pyelftools' path
     (and its error message).
     """

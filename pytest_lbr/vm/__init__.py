@@ -13,8 +13,10 @@ This module is the command line and the names callers use; the work is done by
 `vm.host` (the kernel, the tools, KVM, LBR passthrough), `vm.plan` (the vng
 command of one guest), `vm.env` (the environment a guest gets from the host),
 `vm.run` (running a guest, how it ended) and `vm.guest` (the side inside the
-guest, `python -m pytest_lbr.vm guest ...`). Tested by tests/test_vm.py,
-test_vm_root.py and test_adoption.py (a third-party project through the wheel).
+guest, `python -m pytest_lbr.vm guest ...`, through `__main__.py`); `vm.messages` holds its
+lines and its error, `vm.root` a guest root file system of its own (`--arch arm64
+--root`). Tested by tests/test_vm.py, test_vm_root.py, test_bisect.py (the runner's
+lines) and test_adoption.py (a third-party project through the wheel).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import Shard
+from pytest_lbr.guest_mode import Shard
 from pytest_lbr.vm.env import GUEST_ENV_FILE, env_option, guest_environment
 from pytest_lbr.vm.guest import guest_cli, guest_main
 from pytest_lbr.vm.host import (

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT
+from pytest_lbr.guest_mode import ENV_GUEST, ENV_RESULTS, ENV_STRICT
 
 __all__ = [
     "GUEST_ENV_FILE",

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_lbr.guest import ENV_GUEST, ENV_RESULTS, ENV_STRICT, RESULTS_FILE
+from pytest_lbr.guest_mode import ENV_GUEST, ENV_RESULTS, ENV_STRICT, RESULTS_FILE
 from pytest_lbr.vm.env import read_guest_env
 from pytest_lbr.vm.run import STARTED, STATUS
 
@@ -73,7 +73,7 @@ def guest_main(
         TMPDIR=str(tmpdir),
         # Bytecode, and pytest's assertion-rewritten plugin modules (all of pytest-lbr's
         # and hypothesis's), cached in guest RAM rather than never: every pytest a test
-        # starts would otherwise rewrite ~80 modules again, seconds each under TCG.
+        # starts would otherwise rewrite ~80 modules again.
         PYTHONPYCACHEPREFIX=str(tmpdir / "pycache"),
         **{ENV_GUEST: "1", ENV_STRICT: "1" if strict else "0", ENV_RESULTS: str(results)},
     )

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_lbr.capture.tracer_object import object_arch
+from pytest_lbr.capture.hooks.tracer_object import object_arch
 from pytest_lbr.symbols.cache import cache_dir
 from pytest_lbr.vm.messages import VmError
 from pytest_lbr.vm.root import GuestRoot, is_release, pinned_missing

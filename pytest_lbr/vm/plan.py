@@ -161,7 +161,7 @@ def build_command(
             cmd += ["--rwdir", str(path)]
     if cache is not None:
         # Writable in the guest, in its RAM: the sessions of one boot share the symbol
-        # line cache (a cold debug-vmlinux lookup costs each session seconds under TCG).
+        # line cache (a cold debug-vmlinux lookup parses DWARF again in each session).
         cmd += ["--overlay-rwdir", str(cache)]
     if os.geteuid() != 0:
         cmd += ["--user", "root"]  # tracing needs root in the guest

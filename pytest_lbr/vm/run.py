@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from pytest_lbr.guest import RESULTS_FILE, SPLATS_FILE, Tally, read_noted_splats, tally_of
+from pytest_lbr.guest_mode import RESULTS_FILE, SPLATS_FILE, Tally, read_noted_splats, tally_of
 from pytest_lbr.kernel.kmsg import Splat, find_splats
 from pytest_lbr.results import (
     GUEST_FILE,

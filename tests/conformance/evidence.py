@@ -15,8 +15,8 @@ from ctypes import CFUNCTYPE, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
 
 from pytest_lbr.bpf import BpfObject, Map
+from pytest_lbr.bpf.libbpf import BpfError, check_int, lib
 from pytest_lbr.kernel.tracefs import find_tracefs
-from pytest_lbr.libbpf import BpfError, check_int, lib
 from pytest_lbr.model import UNSEEN_CALLER, Trace
 
 _SAMPLE = CFUNCTYPE(c_int, c_void_p, c_void_p, c_size_t)

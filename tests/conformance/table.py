@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-from pytest_lbr.capture.lbr import NO_BRANCHES_NOTE
+from pytest_lbr.capture.lbr.backend import NO_BRANCHES_NOTE
 from pytest_lbr.results import TestResult, read_results
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"

@@ -22,7 +22,7 @@ import struct
 
 import pytest
 
-from pytest_lbr.netns import ip
+from pytest_lbr.bpf.netns import ip
 from tests.conformance.evidence import assert_called, global_vars, set_global
 from tests.conformance.net import tun_device
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.libbpf import BpfError
+from pytest_lbr.bpf.libbpf import BpfError
 from tests.conformance.evidence import (
     assert_called,
     lost_program_calls,

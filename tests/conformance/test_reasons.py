@@ -16,9 +16,9 @@ import pytest
 
 from pytest_lbr.assertions import explain_called
 from pytest_lbr.kernel.helpers import decode_insns, written_insns, xlated_insns
-from pytest_lbr.kernel.programs import program_details
 from pytest_lbr.macros import MACRO_HELPERS
 from pytest_lbr.model import Branch, Hit, Trace
+from pytest_lbr.programs.info import program_details
 from pytest_lbr.symbols import get_symbolizer
 
 OBJECTS = ("exec_tp", "unlink_fentry", "ksyscall", "iter_task")

@@ -1,4 +1,4 @@
-/* Built by tests/test_dwarf.py with gcc -g -O2: a function with inlined callers. */
+/* Built by tests/symbols/test_dwarf.py with gcc -g -O2: a function with inlined callers. */
 static inline __attribute__((always_inline)) int square(int x)
 {
 	return x * x;

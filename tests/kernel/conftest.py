@@ -3,10 +3,9 @@
 A test marked `@pytest.mark.one_kernel("6.12")` runs only in that kernel series'
 guest; in the others it skips (allowed, with the reason). These are the tests whose
 subject is the plugin's own bookkeeping over whole inner pytest sessions (xdist
-workers, `git bisect run`, golden update workflows, crash clean-up, soak): they cost
-a minute or more each under TCG and a second kernel tells nothing new about them, so
-CI runs each in one guest, the two guests sharing them out evenly (issue: CI within
-20 minutes). `PYTEST_LBR_ALL_KERNELS=1` runs them in every kernel.
+workers, `git bisect run`, golden update workflows, crash clean-up, soak): they are
+slow in a guest and a second kernel tells nothing new about them, so CI runs each in
+one guest, the two guests sharing them out evenly (CI aims at 20 minutes). `PYTEST_LBR_ALL_KERNELS=1` runs them in every kernel.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.progs import resolve_program
+from pytest_lbr.programs.find import resolve_program
 from pytest_lbr.targets import parse_target
 
 pytestmark = pytest.mark.kernel

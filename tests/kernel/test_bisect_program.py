@@ -8,11 +8,11 @@ that fixes it), and one that adds a `bpf_csum_diff()` call, which changes the tr
 call path. The bisection must name that commit, list the broken one as skipped
 (never blame it), show the golden diff, and give the checkout back as it was.
 
-It passes in the 6.1 and 6.12 guests. Guest time (2026-11-25, TCG, other guests on the
-same two cores): 6.12 8 min, 6.1 6 min for the test; each inner pytest session (the
-recording, then one per tested commit, 4-5 of them) costs about 40-70 s there, most of
-it the graph backend turning the function tracer on and off. So CI runs it in the
-6.12 guest only (issue 16 asks for that one; `one_kernel`, tests/kernel/conftest.py).
+It passes in the 6.1 and 6.12 guests. It runs an inner pytest session for the
+recording and one per tested commit (4-5 of them), each mostly the graph backend
+turning the function tracer on and off, so it is slow, and a second kernel tells
+nothing new: CI runs it in the 6.12 guest only (`one_kernel`, tests/kernel/conftest.py;
+its guest time is in bench/RESULTS-history.md).
 """
 
 from __future__ import annotations

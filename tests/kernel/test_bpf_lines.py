@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_lbr.programs.lines import read_program, read_span
 from pytest_lbr.symbols import get_symbolizer
-from pytest_lbr.symbols.bpfprog import read_program, read_span
 from pytest_lbr.symbols.kallsyms import KernelSymbols
 from tests.bpf.objects import bpf_object, require_root
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_lbr.capture.call_sites import CallSites, calls_in
-from pytest_lbr.kernel.programs import program_details
+from pytest_lbr.programs.info import program_details
 from tests.bpf.objects import bpf_object, require_root
 
 pytestmark = pytest.mark.kernel

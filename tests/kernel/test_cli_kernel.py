@@ -158,8 +158,8 @@ def headers(lines: list[str]) -> list[re.Match[str]]:
 #: A process that writes "x\n" (os.write: one write(2), vfs_write returns 2) to
 #: /dev/null, `every` seconds or once per line on stdin ("poked"), after naming
 #: itself (prctl PR_SET_NAME: its comm). No fork per write: a shell loop's
-#: `sleep` is a fork and exec each time, ~340,000 function records in 2 s in the
-#: 6.12 guest, more than the live reader parses there (docs/cli.md).
+#: `sleep` is a fork and exec each time, hundreds of thousands of function records,
+#: more than the live reader parses in a guest (docs/cli.md).
 #: "badfd": the same writes to a read-only fd, which vfs_write refuses (-EBADF).
 WRITER = """
 import ctypes, os, sys, time

@@ -1,5 +1,5 @@
 """Two xdist workers tracing the same BPF program and the same kernel function at
-once each get only their own hits, across 100 runs (issue #8), in a guest.
+once each get only their own hits, across 100 runs, in a guest.
 
 The outer test loads tests/bpf/xdp_helpers.bpf.o, pins its program in bpffs and
 runs an inner suite of 100 cases with `-n 2`. Each case traces, with the LBR
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.libbpf import check_int, lib
+from pytest_lbr.bpf.libbpf import check_int, lib
 from tests.bpf.objects import bpf_object
 from tests.commands import PYTEST_QUIET
 
@@ -39,8 +39,8 @@ INNER = textwrap.dedent(
     import pytest
 
     from pytest_lbr.kernel import perf
-    from pytest_lbr.capture.lbr import LbrCapture
-    from pytest_lbr.libbpf import bpf_test_run_opts, check_int, lib
+    from pytest_lbr.capture.lbr.backend import LbrCapture
+    from pytest_lbr.bpf.libbpf import bpf_test_run_opts, check_int, lib
     from pytest_lbr.targets import parse_target
 
     PIN = os.environ["LBR_CONCURRENCY_PIN"]

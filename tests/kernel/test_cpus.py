@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture.hooks import HookSet
-from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.capture.hooks.hook_set import HookSet
+from pytest_lbr.capture.lbr.backend import LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target

@@ -76,7 +76,7 @@ CHILD = textwrap.dedent("""
     import pytest
 
     from pytest_lbr.kernel import perf
-    from pytest_lbr.capture.lbr import LbrCapture
+    from pytest_lbr.capture.lbr.backend import LbrCapture
     from pytest_lbr.targets import parse_target
 
     ACTION = os.environ["LBR_FAULT_ACTION"]
@@ -305,9 +305,9 @@ def test_bad_targets_inside_with_lbr_trace_fail_in_one_line(
 
 
 def test_uprobe_on_missing_binary_or_symbol_with_lbr_hooks(tmp_path: Path) -> None:
+    from pytest_lbr.bpf.libbpf import BpfError
     from pytest_lbr.capture import CaptureError
-    from pytest_lbr.capture.hooks import HookSet
-    from pytest_lbr.libbpf import BpfError
+    from pytest_lbr.capture.hooks.hook_set import HookSet
     from pytest_lbr.targets import parse_target
 
     before = state()

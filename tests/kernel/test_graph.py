@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture.graph import probe_graph
+from pytest_lbr.capture.graph.backend import probe_graph
 from pytest_lbr.kernel.functions import filter_functions_text
 from pytest_lbr.kernel.tracefs import Instance, find_tracefs
 from pytest_lbr.model import Trace
@@ -48,7 +48,7 @@ def _tracefs_state() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def graph() -> Iterator[Tracer]:
     """One graph tracer for the module's tests of what a trace holds, as a session
-    keeps it: turning the function tracer on and off costs ~5 s under TCG. The
+    keeps it: turning the function tracer on and off patches every call site. The
     tests of the tracer's own lifecycle below make their own."""
     before = _tracefs_state()
     with Tracer(backend="graph") as tracer:
@@ -305,8 +305,8 @@ def test_unknown_scope_is_an_error() -> None:
 
 def test_function_filter_is_set_by_index(monkeypatch: pytest.MonkeyPatch) -> None:
     """A narrowed trace's functions go into set_ftrace_filter by their line numbers in
-    available_filter_functions (by name, ftrace compares each with every function:
-    0.1-0.2 s per name under TCG), and the kernel's list is exactly those functions."""
+    available_filter_functions (by name, ftrace compares each with every function),
+    and the kernel's list is exactly those functions."""
     root = find_tracefs()
     assert root is not None
     listing = filter_functions_text(root)
@@ -374,7 +374,7 @@ def test_a_trace_read_from_the_pipe_rearms_without_emptying_the_buffer() -> None
 
 def test_arming_empties_the_buffer_and_its_loss_counts() -> None:
     """A graph trace does not clear the buffer before arming (each clear waits for an
-    RCU grace period, 0.03 s under TCG): the first arm (tracing_on to 1) empties it,
+    RCU grace period): the first arm (tracing_on to 1) empties it,
     with its overrun counters, as the function tracer's start() does, and a later
     arm empties what a trace left unread."""
     with _small_vfs_write_instance() as (inst, fd):

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.hooks import DEFAULT_GLOB_FALLBACK, HookSet
-from pytest_lbr.capture.records import RawHit
-from pytest_lbr.capture.tracer_maps import POOLED, TracerMaps
-from pytest_lbr.libbpf import lib
+from pytest_lbr.bpf.libbpf import lib
+from pytest_lbr.capture.hooks.hook_set import DEFAULT_GLOB_FALLBACK, HookSet
+from pytest_lbr.capture.hooks.records import RawHit
+from pytest_lbr.capture.hooks.tracer_maps import POOLED, TracerMaps
 from pytest_lbr.targets import parse_target
 
 pytestmark = pytest.mark.kernel
@@ -242,7 +242,7 @@ int bcc_xdp(struct xdp_md *ctx) {
 
 def test_bcc_loaded_program_is_hooked() -> None:
     bcc = pytest.importorskip("bcc")
-    from pytest_lbr.libbpf import lib
+    from pytest_lbr.bpf.libbpf import lib
 
     b = bcc.BPF(text=BCC_PROG)
     try:

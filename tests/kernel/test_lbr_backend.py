@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from pytest_lbr.capture.lbr import probe_lbr
+from pytest_lbr.capture.lbr.backend import probe_lbr
 from pytest_lbr.kernel import perf
 from pytest_lbr.tracer import Tracer, TracingUnavailable
 from tests.commands import PYTEST_QUIET

@@ -19,7 +19,7 @@ import pytest
 
 from pytest_lbr.capture import CaptureError, Scope
 from pytest_lbr.capture.base import LIVE_OWN_PROCESS
-from pytest_lbr.capture.lbr import LbrBackend, LbrCapture
+from pytest_lbr.capture.lbr.backend import LbrBackend, LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Hit
 from pytest_lbr.targets import parse_targets
@@ -49,7 +49,7 @@ def test_poll_hands_over_each_hit_once_while_armed(writer) -> None:
     polled: list[list[Hit]] = []
     try:
         capture.start()
-        deadline = time.monotonic() + 20  # TCG: python is 5-20x slower
+        deadline = time.monotonic() + 20  # generous: Python is far slower in an emulated guest
         while time.monotonic() < deadline and sum(map(len, polled)) < 5:
             polled.append(capture.poll())
             time.sleep(0.1)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.capture.lbr.backend import LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target

@@ -20,7 +20,7 @@ import pytest
 
 from pytest_lbr.bpf import BpfLoader
 from pytest_lbr.capture import Scope
-from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.capture.lbr.backend import LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_targets

@@ -20,7 +20,7 @@ from tests.commands import PYTEST_QUIET
 pytestmark = pytest.mark.kernel
 pytest_plugins = ["pytester"]
 
-#: How often the golden test is re-run to show it is stable (issue 5 asks for 20).
+#: How often the golden test is re-run to show it is stable (20 runs).
 RUNS = int(os.environ.get("PYTEST_LBR_STABILITY_RUNS", "20"))
 
 INNER = textwrap.dedent(
@@ -87,7 +87,7 @@ def test_golden_update_check_and_change(suite: pytest.Pytester) -> None:
 
 #: Traces per session in the stability test: the plugin arms the graph backend once per
 #: session, as users get it, so runs of one session and runs of separate sessions both
-#: count (a session costs ~20 s under TCG: turning the function tracer on and off).
+#: count (a session's dearest part is turning the function tracer on and off).
 PER_SESSION = 10
 
 STABLE = textwrap.dedent(

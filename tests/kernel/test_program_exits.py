@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.capture import program_exits
+from pytest_lbr.capture.hooks import program_exits
 from pytest_lbr.tracer import Tracer
 from tests.bpf.objects import XDP_DROP, XDP_HELPERS_DROP_BYTE, XDP_PASS, bpf_object
 from tests.kernel.kernel_state import bpf_ids
@@ -26,8 +26,8 @@ BACKENDS = [("graph", "hardware"), ("lbr", "software")]
 
 
 # One tracer per backend for the module's tests that need only a tracer, as a pytest
-# session has one: the graph backend turns the function tracer on and off once (about
-# 5 s under TCG), not once per test. Tests of a session's own start and end make theirs.
+# session has one: the graph backend turns the function tracer on and off once
+# (patching every call site), not once per test. Tests of a session's own start and end make theirs.
 @pytest.fixture(scope="module", params=BACKENDS, ids=[b for b, _ in BACKENDS])
 def tracer(request: pytest.FixtureRequest) -> Iterator[Tracer]:
     backend, pmu = request.param

@@ -1,4 +1,4 @@
-"""Whose work a trace records (issues 15 and 28): another process (`pid=`), every
+"""Whose work a trace records: another process (`pid=`), every
 task and interrupt context (`scope="system"`), a cgroup's tasks (`cgroup=`), what
 the test starts (`scope="children"`), on both backends: the graph backend, and the
 LBR backend on software perf events (`--lbr-pmu=software`: every hook and in-kernel
@@ -38,7 +38,7 @@ BACKENDS = ["graph", "lbr"]
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Iterator[object]:
     """One backend for the module, as a session keeps it (turning the function
-    tracer on and off costs seconds under TCG, so the tests share it): the graph
+    tracer on and off patches every call site, so the tests share it): the graph
     backend, and the LBR backend on software perf events."""
     before = (tracefs_state(), bpf_ids("link"))
     shared = session_backend(request.param)
@@ -179,7 +179,7 @@ def test_system_scope_records_xdp_in_interrupt_context(bpf, veth, backend) -> No
 
 #: The child: a shell's builtin printf writes 3 bytes to /dev/null in one write(2). A
 #: shell, not Python: the children scope records every function of the child's
-#: start on the graph backend (a Python start took ~40 s to record and parse under TCG).
+#: start on the graph backend (a Python start is far too many functions to record and parse).
 CHILD = ["sh", "-c", "printf abc > /dev/null"]
 
 

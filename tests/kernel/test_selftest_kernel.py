@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.capture.lbr.backend import LbrCapture
 from pytest_lbr.kernel import perf
 from pytest_lbr.selftest.program import CALLEES, load_program
 from pytest_lbr.selftest.run import BUNDLE_JSON, BUNDLE_TEXT, LBR_ITEMS

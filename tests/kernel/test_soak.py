@@ -1,5 +1,5 @@
-"""A long session arms and disarms traces on each backend, and nothing piles up
-(issue 19): bench/soak.py's code at CI size, 100 cycles after the warm-up, the graph
+"""A long session arms and disarms traces on each backend, and nothing piles up:
+bench/soak.py's code at CI size, 100 cycles after the warm-up, the graph
 backend in the 6.1 guest and the lbr backend in the 6.12 guest (`one_kernel`;
 PYTEST_LBR_SOAK_CYCLES and PYTEST_LBR_ALL_KERNELS override), each cycle one target
 kind in turn
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.guest import ENV_RESULTS
+from pytest_lbr.guest_mode import ENV_RESULTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.kernel
 
 #: A leak of one fd or object per cycle shows after a few; bench/soak.py runs 2,000.
 CYCLES = int(os.environ.get("PYTEST_LBR_SOAK_CYCLES", "100"))
-#: Which guest soaks which backend (CI time: each soak is a minute or more under TCG).
+#: Which guest soaks which backend (CI time: a soak in each guest would repeat the other).
 SERIES = {"graph": "6.1", "lbr": "6.12"}
 #: Warm-up turns of every kind before the baseline. With 2, the 6.1 guest's graph
 #: soak grew 22 MiB in one step between the baseline and cycle 200 (392 -> 414 MiB,

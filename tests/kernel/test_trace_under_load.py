@@ -1,4 +1,4 @@
-"""A trace under load holds exactly its own hits (issue 19), in a guest.
+"""A trace under load holds exactly its own hits, in a guest.
 
 While stress-ng keeps both vCPUs busy (a CPU hog; context switches through
 pipes, whose writes enter vfs_write; UDP over loopback, for softirqs) and a
@@ -11,7 +11,7 @@ sizes written), nothing lost; and once the trace and then the session's
 backend are closed, still under load, the kernel must be as it was before.
 
 As in a suite, the session's first trace (which turns the graph backend's
-function tracer on: a minute under load in TCG) is taken before the load starts.
+function tracer on, slow under load) is taken before the load starts.
 """
 
 from __future__ import annotations

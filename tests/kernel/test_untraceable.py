@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from pytest_lbr.bpf.libbpf import bpf_test_run_opts, check_int, lib, prog_info
 from pytest_lbr.capture import CaptureError
-from pytest_lbr.capture.hooks import HookSet
-from pytest_lbr.capture.lbr import LbrCapture
+from pytest_lbr.capture.hooks.hook_set import HookSet
+from pytest_lbr.capture.lbr.backend import LbrCapture
 from pytest_lbr.kernel import perf
-from pytest_lbr.libbpf import bpf_test_run_opts, check_int, lib, prog_info
 from pytest_lbr.model import Trace
 from pytest_lbr.targets import parse_target
 from pytest_lbr.tracer import Tracer

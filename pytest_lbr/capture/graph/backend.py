@@ -1,0 +1,796 @@
+"""The graph backend: a software call trace where the CPU has no LBR.
+
+The ftrace function tracer records every kernel function the test's threads
+enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
+(`pytest_lbr.capture.graph.text`) are nested into calls and returns
+(`pytest_lbr.capture.graph.calls`), then cut per target:
+
+* ``kfunc:NAME``/``GLOB``: one hit per outermost invocation, with everything
+  under it; a single function also gets its return value from a kretprobe
+  event in the same instance;
+* a BPF program: one hit per run. The JIT image has no ftrace entry, so a
+  run shows as the calls whose parent (call site) is inside the program or
+  one of its subprograms (their kallsyms names, or the JITed address ranges),
+  everything nested under those calls, and their returns; a call made by the
+  program returns from the program's previous call first. Nothing of the
+  BPF_PROG_TEST_RUN machinery is included: a record whose parent is the
+  machinery again (e.g. bpf_test_run between two runs of a repeat) ends the
+  run. The return value comes from the LBR tracer's fexit hook on the program
+  (no branch snapshot): its record closes the run (a run that called nothing
+  is a hit with no branches, as on the LBR backend). Where fexit cannot attach
+  (no BTF, no BPF trampolines), the runs have no `retval` and a note says so;
+* ``tp:CAT/NAME``: one hit per event, with the thread's calls since its
+  previous hit (or arming).
+
+* ``uprobe:PATH:SYMBOL`` / ``uretprobe:PATH:SYMBOL``: one hit per entry (or
+  return) of the user function, in any process running the binary, from uprobe
+  events in the same instance. An entry hit holds the user-level call edge
+  (caller -> function, the caller read from the return address: on the stack on
+  x86-64, in the link register on arm64);
+  a return hit holds the return edge and `retval`. The function tracer follows
+  only the test's own threads, so the kernel calls a traced child process makes
+  are not in these hits.
+
+This module does the I/O: the session's instance (`GraphRecorder`), arming and
+reading it (`GraphCapture`). Cutting records into hits is pure and lives in
+`pytest_lbr.capture.graph.hits`; a live capture's bookkeeping between polls in
+`pytest_lbr.capture.graph.live_state`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from pytest_lbr.capture.base import (
+    LIVE_OWN_PROCESS,
+    BackendDriver,
+    Capabilities,
+    Capability,
+    Capture,
+    CaptureError,
+    Scope,
+)
+from pytest_lbr.capture.call_sites import call_sites
+from pytest_lbr.capture.graph.hits import (
+    TRACE_CLOCK,
+    HitBuilder,
+    descendants,
+    glob_matcher,
+    program_matcher,
+    ran_in_interrupt,
+)
+from pytest_lbr.capture.graph.live_state import (
+    LIVE_BUFFER_KB,
+    LIVE_FINAL_S,
+    LIVE_MAX_PENDING,
+    LIVE_READ_LIMIT,
+    LiveState,
+    settle,
+)
+from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
+from pytest_lbr.capture.hooks.records import RawHit
+from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
+from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
+from pytest_lbr.kernel.machine import machine
+from pytest_lbr.kernel.tracefs import (
+    TRACEFS_NOT_MOUNTED,
+    Instance,
+    TracefsError,
+    cleanup_stale_instances,
+    find_tracefs,
+)
+from pytest_lbr.model import Hit, Trace
+from pytest_lbr.targets import Target
+
+if TYPE_CHECKING:
+    from pytest_lbr.capture.hooks.hook_set import HookSet
+    from pytest_lbr.capture.hooks.program_exits import ProgramExits
+    from pytest_lbr.symbols.elf import ElfFunctions
+
+__all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
+
+#: The read function of each clocksource the kernel may pick (names in
+#: /sys/devices/system/clocksource/*/current_clocksource): put in the instance's
+#: set_ftrace_notrace before the tracer starts. Any other is learnt from the
+#: first trace's records (`GraphRecorder.skip_clock_reads`).
+CLOCK_READS = {
+    "hpet": "read_hpet",
+    "acpi_pm": "acpi_pm_read",
+    "tsc": "read_tsc",
+    "tsc-early": "read_tsc",
+    "kvm-clock": "kvm_clock_get_cycles",
+    # arm64's generic timer (drivers/clocksource/arm_arch_timer.c): in the arm64
+    # 6.1 guest its reads were most of a first trace's records.
+    "arch_sys_counter": "arch_counter_read",
+}
+CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+#: Narrowed recorders a session keeps (`GraphBackend`): one per traced program set.
+NARROWED_KEPT = 4
+
+#: Per-CPU ring buffer size: room for a BPF test run's records (thousands, of ~40 bytes).
+BUFFER_KB = 16384
+
+
+def probe_graph() -> Capability:
+    """Whether the function tracer can run in a private instance here, and if not why."""
+    if os.geteuid() != 0:
+        return Capability("graph", False, "the graph backend needs root (ftrace); run as root")
+    root = find_tracefs()
+    if root is None:
+        return Capability("graph", False, TRACEFS_NOT_MOUNTED)
+    if not (root / "instances").is_dir():
+        return Capability("graph", False, f"tracefs at {root} has no instances/ (kernel too old)")
+    try:
+        cleanup_stale_instances(root)
+        inst = Instance(root, buffer_kb=4)
+    except OSError as exc:
+        return Capability("graph", False, f"cannot create a tracefs instance: {exc}")
+    try:
+        tracers = inst.read("available_tracers").split()
+        if "function" not in tracers:
+            return Capability(
+                "graph", False, f"the ftrace function tracer is not available (tracers: {tracers})"
+            )
+        # One function is enough to learn whether the tracer is allowed; all of
+        # them would patch every call site in the kernel twice for nothing.
+        inst.write("set_ftrace_filter", _probe_function(root))
+        inst.write("current_tracer", "function")
+    except OSError as exc:
+        return Capability("graph", False, f"the ftrace function tracer is refused: {exc}")
+    finally:
+        inst.close()
+    return Capability("graph", True)
+
+
+#: The event that names each new process or thread and its parent.
+FORK_EVENT = "sched/sched_process_fork"
+
+
+def _probe_function(root: Path) -> str:
+    with open(root / "available_filter_functions") as f:
+        first = f.readline().split()
+    if not first:
+        raise TracefsError(errno.ENOENT, "available_filter_functions is empty")
+    return first[0]
+
+
+def _clock_reads() -> list[str]:
+    """The current clocksource's read function, if `CLOCK_READS` knows it."""
+    try:
+        name = CLOCKSOURCE.read_text().strip()
+    except OSError:
+        return []
+    return [CLOCK_READS[name]] if name in CLOCK_READS else []
+
+
+def _clock_ns() -> int:
+    # trace_clock "mono" is ktime_get_mono_fast_ns: CLOCK_MONOTONIC.
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+class GraphRecorder:
+    """The function tracer of one session: a private instance, set up once.
+
+    Turning the function tracer on patches every traceable call site in the
+    kernel (~45,000 on the Debian kernels), and off again the same: most of what
+    a traced test used to cost. So the instance is
+    created and the tracer turned on at the first trace, and both stay until
+    `close()`; between traces the instance records on no CPU (`Instance.arm`)
+    and its buffer is empty (each trace consumes what it read). A trace only sets
+    the pid list, adds its events and probes, and switches recording on and off.
+
+    Only this process's threads are ever recorded. `close()` (idempotent) undoes
+    everything; a killed process's instance is removed by the next session
+    (`cleanup_stale_instances`).
+    """
+
+    def __init__(self, functions: Sequence[str] = ()) -> None:
+        #: The only functions recorded (set_ftrace_filter); empty: every function.
+        self.functions = tuple(functions)
+        self._instance: Instance | None = None
+        self._pids: frozenset[int] = frozenset()
+        self._children = False
+        self._finalizer: weakref.finalize | None = None
+        self._skipped: set[str] = set()
+
+    def instance(self, tids: Iterable[int], children: bool = False) -> Instance:
+        """The session's instance, recording `tids` once armed (created on first use).
+
+        With `children`, the kernel adds each process or thread they start to
+        the pid list (function-fork), and its children, and so on.
+        """
+        wanted = frozenset(tids)
+        inst = self._instance
+        if inst is None:
+            root = find_tracefs()
+            if root is None:
+                raise CaptureError(f"graph backend: {TRACEFS_NOT_MOUNTED}")
+            cleanup_stale_instances(root)
+            inst = Instance(root, BUFFER_KB)
+            try:
+                inst.write("trace_clock", "mono")
+                # record-tgid: each line names its process, for hits of other processes.
+                for opt in ("sym-offset", "sym-addr", "record-tgid"):
+                    inst.write(f"options/{opt}", "1")
+                # Our threads only, unless a trace asks for children (below).
+                inst.write("options/function-fork", "0")
+                # No set_event_pid: the few events we enable are cut by tid when
+                # read, and a pid list hooks several scheduler tracepoints: more
+                # live code patching (see tracefs._remove_instance).
+                inst.set_pids(wanted)
+                self._skipped.update(inst.skip_functions(_clock_reads()))
+                if self.functions:
+                    # Before the tracer starts: only these call sites are patched.
+                    inst.set_function_filter(self.functions, filter_functions_text(root))
+                inst.write("current_tracer", "function")
+            except TracefsError as exc:
+                inst.close()
+                raise CaptureError(f"graph backend: {exc}") from None
+            self._instance, self._pids = inst, wanted
+            # Also at interpreter exit, and if the owner forgets to close.
+            self._finalizer = weakref.finalize(self, inst.close)
+        # After a trace with children the kernel's pid list may hold theirs.
+        elif wanted != self._pids or children or self._children:
+            try:
+                inst.set_pids(wanted)
+            except TracefsError as exc:
+                raise CaptureError(f"graph backend: {exc}") from None
+            self._pids = wanted
+        if children != self._children:
+            try:
+                inst.write("options/function-fork", "1" if children else "0")
+            except TracefsError as exc:
+                raise CaptureError(f"graph backend: {exc}") from None
+            self._children = children
+        return inst
+
+    def skip_clock_reads(self, records: Iterable[FunctionRecord | EventRecord]) -> None:
+        """Stop recording the trace clock's reads seen in `records` (a clocksource
+        `CLOCK_READS` does not know): one call site re-patched, once per session."""
+        seen = {
+            r.func for r in records if isinstance(r, FunctionRecord) and r.parent == TRACE_CLOCK
+        } - self._skipped
+        if seen and self._instance is not None:
+            self._skipped.update(seen)
+            self._instance.skip_functions(sorted(seen))
+
+    def close(self) -> None:
+        """Turn the tracer off and remove the instance (idempotent)."""
+        self._instance = None
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+#: What the graph backend can do: every scope, streaming (`GraphCapture.poll()`),
+#: return values of single kernel functions (kretprobe), programs (fexit) and
+#: uretprobes (not of kfunc globs: a return event per function would cost a kprobe
+#: each), interrupt context; calls as branches, and no LBR branch filters.
+GRAPH_CAPABILITIES = Capabilities(
+    scopes=frozenset({"process", "children", "system", "pid", "cgroup"}),
+    live=True,
+    retval=frozenset({"kfunc", "prog", "uretprobe"}),
+    in_interrupt=True,
+    branches=True,
+    filters=False,
+)
+
+
+class GraphBackend:
+    """The graph backend for the registry (`pytest_lbr.capture.base.BackendDriver`):
+    one session's function tracer (`GraphRecorder`), set up at the first capture and
+    kept until `close()`."""
+
+    name: ClassVar[str] = "graph"
+    capabilities: ClassVar[Capabilities] = GRAPH_CAPABILITIES
+
+    def __init__(self) -> None:
+        self._recorder: GraphRecorder | None = None
+        #: Narrowed system-wide traces' recorders by function set, newest last.
+        self._narrowed: dict[tuple[str, ...], GraphRecorder] = {}
+
+    @classmethod
+    def probe(cls) -> Capability:
+        """Whether the function tracer runs here (`probe_graph`)."""
+        return probe_graph()
+
+    def open(
+        self,
+        targets: Sequence[Target],
+        *,
+        scope: Scope,
+        filter: str | None = None,
+        live: bool = False,
+    ) -> GraphCapture:
+        """A not-yet-armed capture sharing the session's function tracer (`filter`,
+        an LBR branch filter, does not apply: the function tracer records calls)."""
+        if self._recorder is None:
+            self._recorder = GraphRecorder()
+        capture = GraphCapture(list(targets), self._recorder, scope=scope)
+        capture.narrowed = self._narrowed_recorder
+        if live:
+            capture.live()
+        return capture
+
+    def _narrowed_recorder(self, functions: tuple[str, ...]) -> GraphRecorder:
+        """The session's recorder of exactly `functions`, set up on first use and
+        kept, like the session's own: creating one patches its functions, and a
+        suite traces the same program test after test."""
+        recorder = self._narrowed.pop(functions, None) or GraphRecorder(functions)
+        self._narrowed[functions] = recorder
+        while len(self._narrowed) > NARROWED_KEPT:
+            self._narrowed.pop(next(iter(self._narrowed))).close()
+        return recorder
+
+    def close(self) -> None:
+        """Release the session's kept fexit hooks and turn its function tracers off
+        (idempotent)."""
+        from pytest_lbr.capture.hooks.program_exits import release_session_exits
+
+        recorder, self._recorder = self._recorder, None
+        narrowed, self._narrowed = list(self._narrowed.values()), {}
+        for r in [recorder, *narrowed]:
+            if r is not None:
+                try:
+                    release_session_exits(r)  # a narrowed trace's hooks are kept by its recorder
+                finally:
+                    r.close()
+
+
+class GraphCapture:
+    """A function-tracer capture of `targets` for the threads `scope` names
+    (this process's by default).
+
+    With a `recorder` (a session's), the function tracer stays on after the
+    trace; without one, the capture sets up its own and removes it at `close()`.
+    """
+
+    def __init__(
+        self,
+        targets: list[Target],
+        recorder: GraphRecorder | None = None,
+        scope: Scope | None = None,
+    ) -> None:
+        self.targets = targets
+        #: Whose work: "children" and cgroups also record the processes the
+        #: threads start (function-fork), known from the sched_process_fork
+        #: events of the trace; "system" records every task (no pid list).
+        self.scope = scope or Scope()
+        self._own = recorder is None
+        self._recorder = recorder or GraphRecorder()
+        self._instance: Instance | None = None
+        self._matchers: list[Callable[[str, int], bool]] = []
+        self._returns: dict[str, str] = {}  # kretprobe event name -> function
+        self._events: dict[int, str] = {}  # target index -> event name
+        self._window = (0, 0)
+        self._tids: set[int] = set()
+        self._notes: list[str] = []
+        self._user: dict[int, ElfFunctions] = {}  # target index -> its binary's symbols
+        #: program target index -> its JITed functions (kallsyms name or None, start)
+        self._starts: dict[int, list[tuple[str | None, int]]] = {}
+        self._flows: dict[str, ProgramFlow | None] = {}  # program target -> its calls' flow
+        self._exits: HookSet | ProgramExits | None = None  # fexit on program targets, for retval
+        self._exit_targets: list[int] = []  # the hook set's target i -> our target index
+        self._live: LiveState | None = None  # set by live(): read with poll() while armed
+        #: Where a narrowed system-wide trace gets its recorder (a session keeps
+        #: them: `GraphBackend`); None: one of its own, removed at `close()`.
+        self.narrowed: Callable[[tuple[str, ...]], GraphRecorder] | None = None
+        self.text = ""
+
+    def live(self) -> None:
+        """Make this a live capture, read with `poll()` while it runs (call before `start()`).
+
+        This process is never recorded (nor, with scope "system", what it starts):
+        a live reader that traced itself would record its own reading of the
+        trace. So the scope must name other tasks: a pid, a cgroup or "system".
+        """
+        if self._instance is not None:
+            raise CaptureError("graph capture: live() comes before start()")
+        if self.scope.is_this_process:
+            raise CaptureError(LIVE_OWN_PROCESS)
+        self._live = LiveState()
+
+    def start(self) -> None:
+        """Add the targets' events to the session's instance, then arm it last."""
+        self._tids = self.scope.tids()
+        if self.scope.kind == "system":
+            self._narrow()
+        children = self.scope.kind == "children" or self.scope.cgroup is not None
+        # Live, every task: function-fork makes what this process starts (a
+        # symbolizer) as untraced as itself (no pid list to add it to here).
+        follow = self._live is not None and self.scope.kind == "system"
+        self._instance = inst = self._recorder.instance(self._tids, children or follow)
+        try:
+            if children:
+                inst.enable_event(FORK_EVENT)
+            if self._live is not None:
+                self._live.own = Scope().tids()  # this process's threads
+                inst.set_notrace_pids(self._live.own)
+                # A reader behind the kernel reads the oldest records first: a
+                # smaller buffer keeps it nearer the present (and loses, counted).
+                inst.write("buffer_size_kb", str(LIVE_BUFFER_KB))
+            self._configure(inst)
+            # No inst.clear(): arming starts from an empty buffer (see Instance.arm),
+            # and each clear waits for an RCU grace period.
+        except TracefsError as exc:
+            raise CaptureError(f"graph backend: {exc}") from None
+        inst.arm()
+        self._window = (_clock_ns(), 0)
+
+    def stop(self) -> Trace:
+        """Disarm first, then read and cut the records into hits (a live capture:
+        the hits `poll()` has not returned yet)."""
+        t_disarm = _clock_ns()
+        inst = self._instance
+        if inst is None:
+            raise CaptureError("graph capture stopped before it was started")
+        if self._live is not None:
+            return self._stop_live(self._live, inst)
+        inst.disarm()
+        self._window = (self._window[0], t_disarm)
+        exits: dict[int, list[RawHit]] = {i: [] for i in self._exit_targets}
+        if self._exits is not None:
+            for raw in self._exits.drain():
+                if self._window[0] < raw.ts_ns < self._window[1]:
+                    exits[self._exit_targets[raw.target]].append(raw)
+        #: The instance's trace text as read (kept for debugging and test data). Read
+        #: from trace_pipe, which consumes it: the next arm needs no clear (`Instance.arm`).
+        try:
+            self.text = inst.read_pipe(None)
+        except TracefsError as exc:
+            raise CaptureError(f"graph backend: {exc}") from None
+        records = parse_trace(self.text)
+        self._recorder.skip_clock_reads(records)
+        if self.scope.kind == "children" or self.scope.cgroup is not None:
+            self._tids |= descendants(self._tids, records)
+        if self.scope.cgroup is not None:
+            self._tids |= self.scope.tids()  # moved in while the trace was armed
+        trace = _trace()
+        trace.capture_text = self.text
+        trace.lost = inst.lost()
+        trace.notes = list(self._notes)
+        if trace.lost:
+            trace.notes.append(f"ftrace ring buffer overran: {trace.lost} records lost")
+        everyone = self.scope.kind == "system"
+        interrupts = self.scope.interrupts
+        wanted = self._keeps(self._window[1])
+        kept = [r for r in records if wanted(r)]
+        if not everyone:
+            # fexit hooks see every process where the scope is not this process.
+            contexts: dict[tuple[int, bool], list[FunctionRecord | EventRecord]] = {}
+            for r in kept if interrupts else ():  # only asked about with interrupts
+                contexts.setdefault((r.tid, isinstance(r, FunctionRecord) and r.in_irq), []).append(
+                    r
+                )
+            for raws in exits.values():
+                raws[:] = [
+                    raw
+                    for raw in raws
+                    if raw.tid in self._tids or (interrupts and ran_in_interrupt(contexts, raw))
+                ]
+        if self._exits is not None and self._exits.lost:
+            trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
+        trace.hits = self._builder().build(kept, exits)
+        trace.notes.extend(finish_runs(trace.hits, self._flows))
+        return trace
+
+    def close(self) -> None:
+        """Disarm and remove this trace's events and probes (idempotent); a capture
+        without a session's recorder also removes the instance."""
+        inst, self._instance = self._instance, None
+        exits, self._exits = self._exits, None
+        try:
+            if exits is not None:
+                exits.close()
+            if inst is not None:
+                inst.disarm()
+                if self._live is not None:
+                    _end_live(inst)
+                inst.release()
+        finally:
+            if self._own:
+                self._recorder.close()
+
+    def trim(self, hits: list[Hit]) -> None:
+        """Nothing to trim: the function tracer does not record its own calls."""
+
+    # -- live ---------------------------------------------------------------------
+
+    def poll(self) -> list[Hit]:
+        """The hits completed since the last poll, oldest first (a `live()` capture, armed).
+
+        Reads what the instance's trace_pipe holds (consuming it) and the
+        programs' fexit records, and keeps each context's records (a thread, or
+        the interrupts on it) until the hits they make are complete:
+
+        * ``kfunc:NAME``: at its return event; a glob (no return event): when the
+          thread's next hit of it starts, or the thread has been quiet for
+          `LIVE_QUIET_S`;
+        * a BPF program: at its fexit record (where fexit cannot attach: as a glob);
+        * ``tp:``, ``uprobe:``, ``uretprobe:``: at the event; its calls are the
+          thread's since its previous hit, `LIVE_HOLD_NS` back at most.
+
+        The records of the hits it returns are dropped, so each hit comes once.
+        A context holding more than `LIVE_MAX_PENDING` records hands its hits over
+        as they stand (`notes` counts it). `stop()` returns the rest.
+        """
+        live, inst = self._live, self._instance
+        if live is None or inst is None:
+            raise CaptureError("graph capture: poll() needs live() and start()")
+        self._take_live(live, inst)
+        return settle(live, self._builder(), False, time.monotonic(), _clock_ns())
+
+    @property
+    def lost(self) -> int:
+        """Records lost so far: ftrace ring buffer overruns, and the fexit returns
+        the hook's ring buffer dropped."""
+        n = self._instance.lost() if self._instance is not None else 0
+        n += self._live.unread if self._live is not None else 0
+        return n + (self._exits.lost if self._exits is not None else 0)
+
+    @property
+    def notes(self) -> list[str]:
+        """Why the hits so far may be incomplete (e.g. no return values: fexit)."""
+        notes = list(self._notes)
+        if self._live is not None and self._live.cut_short:
+            notes.append(
+                f"{self._live.cut_short} time(s) a thread held over {LIVE_MAX_PENDING} records "
+                "for an unfinished hit: its hits were handed over as they stood"
+            )
+        return notes
+
+    def _stop_live(self, live: LiveState, inst: Instance) -> Trace:
+        """Disarm, read what is left (for `LIVE_FINAL_S` at most: the records still
+        unread then count as lost) and hand over every hit not yet returned."""
+        inst.disarm()
+        until = time.monotonic() + LIVE_FINAL_S
+        while time.monotonic() < until and self._take_live(live, inst):
+            pass
+        live.unread = inst.unread()
+        trace = _trace()
+        trace.hits = settle(live, self._builder(), True, time.monotonic(), _clock_ns())
+        trace.lost = self.lost
+        trace.notes = self.notes
+        if trace.lost:
+            trace.notes.append(f"ring buffers overran: {trace.lost} records lost")
+        if live.unread:
+            trace.notes.append(f"{live.unread} records still unread at stop (counted as lost)")
+        _end_live(inst)
+        return trace
+
+    def _take_live(self, live: LiveState, inst: Instance) -> bool:
+        """Add what arrived to the contexts' records; whether anything did."""
+        # fexit records first: a run's function records are in the pipe before its return.
+        raws = self._exits.drain() if self._exits is not None else []
+        try:
+            text = inst.read_pipe(LIVE_READ_LIMIT)
+        except TracefsError as exc:
+            raise CaptureError(f"graph backend: {exc}") from None
+        if not text and not raws:
+            return False
+        text = live.partial + text
+        end = text.rfind("\n") + 1
+        text, live.partial = text[:end], text[end:]
+        records = parse_trace(text)
+        self._recorder.skip_clock_reads(records)
+        if self.scope.kind == "children" or self.scope.cgroup is not None:
+            self._tids |= descendants(self._tids, records)
+        if self.scope.cgroup is not None:
+            self._tids |= self.scope.tids()  # moved in since
+        wanted = self._keeps(None)
+        mine, now = os.getpid(), time.monotonic()
+        own = live.own
+        # Events are not filtered by set_ftrace_notrace_pid: ours go here.
+        live.add((r for r in records if r.tgid != mine and r.tid not in own and wanted(r)), now)
+        for raw in raws:
+            if raw.pid == mine or raw.ts_ns <= self._window[0]:
+                continue
+            irq = self.scope.interrupts and ran_in_interrupt(live.records, raw)
+            if self.scope.kind == "system" or raw.tid in self._tids or irq:
+                live.add_exit((raw.tid, irq), self._exit_targets[raw.target], raw, now)
+        return True
+
+    def _builder(self) -> HitBuilder:
+        """What cuts this capture's records into hits, as `_configure` set it up."""
+        return HitBuilder(
+            self.targets,
+            self._matchers,
+            self._events,
+            self._returns,
+            self._user,
+            self._exit_targets,
+            interrupts=self.scope.interrupts,
+            starts=self._starts,
+            site_of=call_sites,
+        )
+
+    def _keeps(self, end: int | None) -> Callable[[FunctionRecord | EventRecord], bool]:
+        """Whether a record is the scope's work while armed (and before `end`)."""
+        # uprobes fire in whichever process runs the binary, not only ours.
+        user_events = {self._events[i] for i in self._user}
+        everyone = self.scope.kind == "system"
+        interrupts = self.scope.interrupts
+        begin = self._window[0]
+
+        def wanted(r: FunctionRecord | EventRecord) -> bool:
+            if r.ts_ns <= begin or (end is not None and r.ts_ns >= end):
+                return False
+            if everyone or r.tid in self._tids:
+                return True
+            if isinstance(r, EventRecord):
+                return r.name in user_events
+            return interrupts and r.in_irq
+
+        return wanted
+
+    # -- internals ----------------------------------------------------------------
+
+    def _narrow(self) -> None:
+        """A system-wide trace of programs and kernel functions records only their
+        call graph (`pytest_lbr.capture.graph.narrow`), in an instance of its own."""
+        if not self.targets or any(t.kind not in ("prog", "kfunc") for t in self.targets):
+            return
+        # Imported here: it loads capstone (a slow import at a session's start),
+        # which only system-wide traces need.
+        from pytest_lbr.capture.graph.narrow import narrowing
+
+        try:
+            found = narrowing(self.targets)
+        except (OSError, CaptureError) as exc:
+            self._notes.append(
+                f'scope="system": recorded every function of the machine: cannot read '
+                f"the targets' call graph ({exc})"
+            )
+            return
+        if not found.functions:
+            return
+        if self._own:
+            self._recorder.close()
+        if self.narrowed is not None:
+            self._recorder, self._own = self.narrowed(found.functions), False
+        else:
+            self._recorder, self._own = GraphRecorder(found.functions), True
+        self._notes.append(found.note(", ".join(t.spec for t in self.targets)))
+
+    def _configure(self, inst: Instance) -> None:
+        available = None
+        programs: list[int] = []
+        for i, t in enumerate(self.targets):
+            if t.kind == "kfunc":
+                assert t.function is not None
+                if available is None:
+                    available = filter_functions_text(inst.root)
+                pattern = t.function
+                if not matching_functions(available, pattern):
+                    raise CaptureError(
+                        f"{t.spec}: no traceable kernel function matches {pattern!r}"
+                    )
+                self._matchers.append(glob_matcher(pattern))
+                if not t.is_glob:
+                    event = inst.add_probe("kprobe", f"r {pattern} ret=$retval")
+                    self._returns[event.split("/")[1]] = pattern
+                    self._events[i] = event.split("/")[1]
+            elif t.kind == "prog":
+                from pytest_lbr.programs.find import jited_ranges, resolve_program
+
+                with resolve_program(t) as ref:
+                    ranges = jited_ranges(ref.fd)
+                    self._matchers.append(program_matcher(ref.ksyms, ranges))
+                    names = ref.ksyms if len(ref.ksyms) == len(ranges) else ref.ksyms[:1]
+                    self._starts[i] = [
+                        (names[k] if k < len(names) else None, lo)
+                        for k, (lo, _) in enumerate(ranges)
+                    ]
+                    for (name, lo), (_, hi) in zip(self._starts[i], ranges, strict=True):
+                        if name is not None:
+                            call_sites.learn(name, lo, hi - lo)
+                    if available is None:
+                        available = filter_functions_text(inst.root)
+                    self._flows[t.spec] = flow_of(ref.fd, available)
+                programs.append(i)
+            elif t.kind == "tp":
+                assert t.tracepoint is not None
+                try:
+                    inst.enable_event(t.tracepoint)
+                except TracefsError as exc:
+                    raise CaptureError(f"{t.spec}: {exc}") from None
+                self._matchers.append(lambda name, addr: False)  # events, not frames
+                self._events[i] = t.tracepoint.split("/")[1]
+            elif t.kind in ("uprobe", "uretprobe"):
+                self._matchers.append(lambda name, addr: False)  # events, not frames
+                self._events[i] = self._add_user_probe(inst, i, t)
+            else:
+                raise CaptureError(f"{t.spec}: not supported on the graph backend")
+        self._attach_exits(programs)
+
+    def _attach_exits(self, programs: list[int]) -> None:
+        """The LBR tracer's fexit hook on each program target, without snapshots:
+        the function tracer cannot see a JITed program return, fexit can."""
+        if not programs:
+            return
+        from pytest_lbr.capture.hooks.hook_set import HookSet
+        from pytest_lbr.capture.hooks.program_exits import session_exits
+
+        # Every process's runs where the scope is not this process; stop() keeps the scope's.
+        tgid = os.getpid() if self.scope == Scope() else 0
+        targets = [self.targets[i] for i in programs]
+        hooks: HookSet | ProgramExits
+        try:
+            if self._own:  # no session: this trace's own hooks
+                hooks = HookSet(targets, snapshot=False, tgid=tgid)
+                hooks.attach()
+            else:  # kept by the session, armed for this trace (close() disarms them)
+                hooks = session_exits(self._recorder).take(targets, tgid)
+        except (CaptureError, OSError) as exc:
+            # The hook set's message is written for the lbr backend ("... use
+            # --lbr-backend=graph"): keep only what the kernel refused.
+            why = str(exc).split(": the lbr backend", 1)[0].split("; ", 1)[0]
+            for i in programs:
+                spec = self.targets[i].spec
+                why = why.removeprefix(f"{spec}: ")
+                self._notes.append(f"{spec}: no return values: fexit cannot attach ({why})")
+            return
+        self._exits, self._exit_targets = hooks, programs
+
+    def _add_user_probe(self, inst: Instance, index: int, t: Target) -> str:
+        """A uprobe (entry, with the return address) or uretprobe event on `t`."""
+        assert t.binary is not None and t.function is not None
+        if not os.path.exists(t.binary):
+            raise CaptureError(f"{t.spec}: no such file {t.binary}")
+        path = os.path.realpath(t.binary)
+        if any(c.isspace() for c in path):
+            raise CaptureError(f"{t.spec}: uprobe_events cannot take a path with spaces")
+        from pytest_lbr.symbols.elf import ElfError, ElfFunctions  # pyelftools: uprobes only
+
+        try:
+            elf = ElfFunctions(path)
+            offset = elf.file_offset(t.function)
+        except ElfError as exc:
+            raise CaptureError(f"{t.spec}: {exc}") from None
+        self._user[index] = elf
+        if t.kind == "uprobe":
+            definition = f"p {path}:{offset:#x} caller={_return_address()}:x64"
+        else:
+            fetch = elf.return_type(t.function) or "x64"
+            definition = f"r {path}:{offset:#x} ret=$retval:{fetch}"
+        try:
+            return inst.add_probe("uprobe", definition).split("/")[1]
+        except TracefsError as exc:
+            raise CaptureError(f"{t.spec}: {exc}") from None
+
+
+def _return_address() -> str:
+    """A uprobe fetch argument for the return address at a function's first instruction
+    (`Architecture.uprobe_return_address`)."""
+    arch = machine().arch
+    if arch is None:
+        raise CaptureError(
+            f"uprobe: where a function's return address is on {machine().name} is unknown "
+            "(pytest_lbr.kernel.arch.ARCHITECTURES has no row for it)"
+        )
+    return arch.uprobe_return_address
+
+
+def _trace() -> Trace:
+    """An empty graph-backend trace of this machine."""
+    here = machine()
+    return Trace(backend="graph", kernel_release=here.release, arch=here.name)
+
+
+def _end_live(inst: Instance) -> None:
+    """Undo what a live capture set on the (session's) instance."""
+    try:
+        inst.set_notrace_pids(())
+        inst.write("buffer_size_kb", str(BUFFER_KB))
+    except TracefsError:
+        pass  # the instance is going away
+
+
+if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols
+    _driver: type[BackendDriver] = GraphBackend
+    _capture: type[Capture] = GraphCapture

@@ -1,0 +1,313 @@
+"""Helper names as the BPF C writes them, matched to what this kernel runs.
+
+A program's source calls `bpf_get_prandom_u32()`; the kernel runs
+`bpf_user_rnd_u32`. It calls `bpf_map_lookup_elem()` on a hash map; the
+verifier rewrote that into a direct call of `__htab_map_lookup_elem`. It calls
+`bpf_loop()`; the verifier inlined it into a loop calling the callback.
+
+`align` compares a program's helper calls as written (the object's
+instructions, from libbpf) with the calls left in its translated instructions
+(from the kernel), in order, and says what became of each. `HelperNames` keeps
+the kernel-wide facts (helper ids from BTF, implementations from the
+`bpf_*_proto` tables) and describes each loaded program for the symbolizer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..bpf.libbpf import BpfError
+from ..kernel.helpers import (
+    decode_insns,
+    helper_ids,
+    helper_implementations,
+    prog_array_members,
+    written_insns,
+    xlated_calls,
+    xlated_insns,
+)
+from ..model import HelperCall, ProgramCalls
+
+__all__ = [
+    "MAP_HELPERS",
+    "TAIL_CALL",
+    "HelperNames",
+    "ProgramCode",
+    "describe_calls",
+    "align",
+    "callbacks",
+    "tail_callers",
+]
+
+#: The name `align` is given for a tail call left in translated instructions.
+TAIL_CALL = "(tail call)"
+
+#: Helpers whose calls the verifier turns into calls of the map type's own
+#: functions (map->ops->map_lookup_elem ...) or inline code (ops->map_gen_lookup):
+#: Linux kernel commit 09772d92cd5a ("bpf: avoid retpoline for
+#: lookup/update/delete calls on maps") (in v5.0) for lookup, update and delete,
+#: later extended to push/pop/peek, redirect_map, for_each_map_elem and
+#: map_lookup_percpu_elem. A guest test checks the hash and array cases on 6.1
+#: and 6.12.
+MAP_HELPERS = frozenset(
+    {
+        "bpf_map_lookup_elem",
+        "bpf_map_update_elem",
+        "bpf_map_delete_elem",
+        "bpf_map_push_elem",
+        "bpf_map_pop_elem",
+        "bpf_map_peek_elem",
+        "bpf_redirect_map",
+        "bpf_for_each_map_elem",
+        "bpf_map_lookup_percpu_elem",
+    }
+)
+
+_BPF_LD_IMM64 = 0x18
+_PSEUDO_CALL = 1
+_PSEUDO_FUNC = 4  # ld_imm64 src_reg: the address of a function of this program
+_BPF_CALL = 0x85
+
+
+def _fate(written: str, ran: str, implements: Mapping[str, str]) -> str | None:
+    """What a written call became if it is the translated call of `ran`, else None."""
+    if written == "bpf_tail_call" or ran == TAIL_CALL:
+        return "tail call" if written == "bpf_tail_call" and ran == TAIL_CALL else None
+    if ran == written or implements.get(ran) == written:
+        return "call"
+    # A map helper retargeted to a map's function: only where the implementations
+    # are known (without them a helper's own function would look like one).
+    if written in MAP_HELPERS and implements and ran not in implements:
+        return "rewritten"
+    return None
+
+
+def align(
+    written: Sequence[str],
+    ran: Sequence[str],
+    implements: Mapping[str, str],
+    callbacks: Mapping[int, str] | None = None,
+) -> tuple[HelperCall, ...]:
+    """Match helper calls as written with the calls the kernel makes, in order.
+
+    `written`: helper names of the object's call sites; `ran`: the kernel
+    functions its translated calls enter (TAIL_CALL for a tail call);
+    `implements`: kernel function -> helper it implements; `callbacks`: written
+    call index -> the callback passed to it. The verifier removes calls
+    (inlining) and retargets them (map rewrites) but keeps their order, so the
+    longest in-order matching is the translation; a written call left
+    unmatched was inlined ("unknown" when `implements` is empty: the kernel's
+    implementations could not be read, and a rewrite looks the same).
+    """
+    n, m = len(written), len(ran)
+    # best[i][j]: most matches of written[i:] with ran[j:]
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            take = best[i + 1][j + 1] + 1 if _fate(written[i], ran[j], implements) else 0
+            best[i][j] = max(take, best[i + 1][j], best[i][j + 1])
+    pairs: list[tuple[int, int, str]] = []  # (written index, ran index, fate)
+    i = j = 0
+    while i < n:
+        fate = _fate(written[i], ran[j], implements) if j < m else None
+        if fate and best[i][j] == best[i + 1][j + 1] + 1:
+            pairs.append((i, j, fate))
+            i, j = i + 1, j + 1
+        elif j < m and best[i][j] == best[i][j + 1]:
+            j += 1
+        else:
+            i += 1
+    return _with_gaps(written, ran, implements, pairs, callbacks or {})
+
+
+def _with_gaps(
+    written: Sequence[str],
+    ran: Sequence[str],
+    implements: Mapping[str, str],
+    pairs: list[tuple[int, int, str]],
+    callbacks: Mapping[int, str],
+) -> tuple[HelperCall, ...]:
+    """Every written call's fate, from the matched `pairs` and the gaps between them.
+
+    Between two matched calls, the written calls left unmatched and the
+    translated calls left unmatched are the same sites in the same order, as far
+    as both go: the verifier keeps the order of what it does not remove. So they
+    pair up as calls of kernel functions not known to implement their helper
+    (bpf_probe_read_str runs bpf_probe_read_compat_str, whose proto has another
+    name). A call is "inlined" only where its gap has no translated call left:
+    the translated instructions hold fewer calls there than the source wrote.
+    """
+    out: list[HelperCall] = []
+    bounds = [*pairs, (len(written), len(ran), "")]
+    wi = rj = 0
+    for pi, pj, fate in bounds:
+        gap_ran = [k for k in range(rj, pj) if ran[k] != TAIL_CALL]
+        for k in range(wi, pi):
+            if gap_ran and implements and written[k] != "bpf_tail_call":
+                out.append(HelperCall(written[k], "call", ran[gap_ran.pop(0)], callbacks.get(k)))
+            else:
+                # Unmatched: inlined, unless nothing says which calls were rewritten.
+                lost = "inlined" if implements else "unknown"
+                out.append(HelperCall(written[k], lost, None, callbacks.get(k)))
+        if pi < len(written):
+            func = None if fate == "tail call" else ran[pj]
+            out.append(HelperCall(written[pi], fate, func, callbacks.get(pi)))
+        wi, rj = pi + 1, pj + 1
+    return tuple(out)
+
+
+def callbacks(insns: bytes) -> tuple[list[int], dict[int, int]]:
+    """(start of each function, helper call index -> the function index of the
+    callback passed to it) from an object's instructions.
+
+    Functions are the main one (at 0) and every target of a subprogram call or
+    of a function address load (`ld_imm64` with BPF_PSEUDO_FUNC), in address
+    order: the order the kernel's func_info lists them. A callback is the
+    function whose address was loaded last before the helper call, in the same
+    function.
+    """
+    decoded = decode_insns(insns)
+    starts = {0}
+    for k, insn in enumerate(decoded):
+        if insn.code == _BPF_CALL and insn.src == _PSEUDO_CALL:
+            starts.add(k + insn.imm + 1)
+        elif insn.code == _BPF_LD_IMM64 and insn.src == _PSEUDO_FUNC:
+            starts.add(k + insn.imm + 1)
+    ordered = sorted(starts)
+    out: dict[int, int] = {}
+    pending: list[int] = []  # function addresses loaded and not yet passed to a call
+    call = 0
+    for k, insn in enumerate(decoded):
+        if k in starts:
+            pending = []  # a new function: loads in the previous one are not ours
+        if insn.code == _BPF_LD_IMM64 and insn.src == _PSEUDO_FUNC:
+            pending.append(k + insn.imm + 1)
+        elif insn.code == _BPF_CALL and insn.src == 0:
+            if pending:
+                out[call] = ordered.index(pending.pop())
+                pending = []
+            call += 1
+    return ordered, out
+
+
+class HelperNames:
+    """Kernel-wide helper facts, read once, and per-program call descriptions.
+
+    `locate` names a kernel address (the symbolizer's kallsyms); `call_base`
+    is the address of `__bpf_call_base`; `data_address` gives a data symbol's
+    live address where kallsyms lists none (the debug vmlinux); `listed` the
+    `*_proto` data symbols of the caller's kallsyms read (None: read them here).
+    """
+
+    def __init__(
+        self,
+        locate: Callable[[int], str | None],
+        call_base: int | None,
+        data_address: Callable[[str], int | None] | None = None,
+        listed: Iterable[tuple[str, int]] | None = None,
+    ) -> None:
+        self._locate = locate
+        self._call_base = call_base
+        self.ids = helper_ids()
+        self.status = ""
+        #: kernel function -> helper it implements (its bpf_*_proto's func).
+        self.protos: dict[str, str] = {}
+        if os.geteuid() == 0:
+            self.protos, self.status = helper_implementations(
+                self.ids.values(), locate, data_address, listed
+            )
+        else:
+            self.status = "not root: helper implementations unknown"
+        #: kernel function -> helper name: the protos, then the map rewrites seen.
+        self.implements: dict[str, str] = dict(self.protos)
+
+    def describe(self, fd: int, prog_id: int, name: str, functions: Sequence[str]) -> ProgramCalls:
+        """The helper calls of program `prog_id` (`name`, its `functions` in the
+        kernel's func_info order) behind `fd`, as written and as translated."""
+        try:
+            raw = xlated_insns(fd)
+        except BpfError:
+            raw = b""
+        prog = describe_calls(
+            ProgramCode(name, prog_id, tuple(functions), raw, written_insns(prog_id)),
+            self._call_base,
+            self._locate,
+            self.ids,
+            self.protos,
+        )
+        for c in prog.calls:
+            if c.fate in ("rewritten", "call") and c.function:
+                self.implements.setdefault(c.function, c.helper)
+        return prog
+
+
+@dataclass(frozen=True)
+class ProgramCode:
+    """A loaded program's instructions: translated (the kernel's) and as written."""
+
+    name: str
+    prog_id: int
+    #: Its functions, main first, in the kernel's func_info order.
+    functions: tuple[str, ...]
+    xlated: bytes
+    #: The object's instructions as libbpf loaded them; None if loaded elsewhere.
+    written: bytes | None
+
+
+def describe_calls(
+    code: ProgramCode,
+    call_base: int | None,
+    locate: Callable[[int], str | None],
+    ids: Mapping[int, str],
+    implements: Mapping[str, str],
+) -> ProgramCalls:
+    """What became of each helper call of `code` (pure: no kernel access).
+
+    `call_base`: the address of `__bpf_call_base` (None: calls unknown);
+    `locate`: kernel address -> function name; `ids`: helper id -> name;
+    `implements`: kernel function -> the helper it implements.
+    """
+    ran: list[str] = []
+    if call_base is not None:
+        for call in xlated_calls(code.xlated, call_base):
+            found = TAIL_CALL if call.tail_call else locate(call.addr)
+            ran.append(found if found is not None else f"{call.addr:#x}")
+    if code.written is None:
+        # Loaded elsewhere: only the calls the kernel still makes are known.
+        calls = tuple(
+            HelperCall("bpf_tail_call", "tail call")
+            if r == TAIL_CALL
+            else HelperCall(implements.get(r, r), "call", r)
+            for r in ran
+        )
+        return ProgramCalls(code.name, code.prog_id, code.functions, calls, written=False)
+    written = [i.imm for i in decode_insns(code.written) if i.code == _BPF_CALL and i.src == 0]
+    # BPF_FUNC_tail_call is in the enum too: "bpf_tail_call".
+    names = [ids.get(h, f"helper#{h}") for h in written]
+    _, cbs = callbacks(code.written)
+    cb_names = {k: code.functions[f] for k, f in cbs.items() if f < len(code.functions)}
+    calls = align(names, ran, implements, cb_names)
+    return ProgramCalls(code.name, code.prog_id, code.functions, calls)
+
+
+def tail_callers(arrays: Mapping[int, Sequence[str]]) -> dict[int, tuple[str, ...]]:
+    """prog id -> names of the programs whose program arrays hold it.
+
+    `arrays`: program-array map id -> names of the programs that use it (the
+    verifier lets a program use a program array only for its tail calls). Read
+    anew each time: a program array changes while its programs stay.
+    """
+    out: dict[int, list[str]] = {}
+    for map_id, users in arrays.items():
+        try:
+            members = prog_array_members(map_id)
+        except BpfError:
+            continue  # gone, or not ours to open
+        for member in members:
+            names = out.setdefault(member, [])
+            for user in users:
+                if user not in names:
+                    names.append(user)
+    return {k: tuple(v) for k, v in out.items()}

@@ -1,0 +1,122 @@
+"""Calls proven by a program's control flow (`symbols.bpf_flow`, `capture.implied`),
+on the translated instructions the 6.12 guest gave for the examples' programs
+(tests/data/helpers-6.12.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pytest_lbr.capture.implied import ProgramFlow, add_implied
+from pytest_lbr.kernel.helpers import decode_insns
+from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index, main_calls
+
+DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "helpers-6.12.json").read_text())
+CALL_BASE: int = DATA["call_base"]
+XLATED = {p["name"]: bytes.fromhex(p["xlated"]) for p in DATA["programs"]}
+
+
+def _targets(name: str) -> list[int]:
+    """What the JIT calls for the main function's calls: helpers at call_base + imm,
+    tail calls jump (no call instruction), subprograms somewhere of their own."""
+    insns = decode_insns(XLATED[name])
+    out = []
+    for k in main_calls(XLATED[name]):
+        if insns[k].src == 0 and insns[k].imm == 12:
+            continue
+        out.append(CALL_BASE + insns[k].imm if insns[k].src == 0 else 0xFFFF_0000 + k)
+    return out
+
+
+def test_a_call_on_every_path_dominates_and_a_branch_does_not() -> None:
+    # xdp_count: lookup (21); found -> update (35) ... ; rnd (36) on the other arm.
+    assert call_dominators(XLATED["xdp_count"]) == {
+        21: frozenset(),
+        35: frozenset({21}),
+        36: frozenset({21}),
+    }
+    assert call_dominators(XLATED["cpu_stamp"]) == {10: frozenset(), 23: frozenset({10})}
+
+
+def test_subprograms_and_callbacks_are_not_followed() -> None:
+    # entry: two bpf_loop-style subprogram calls (21, 29), a tail call (34); the
+    # calls at 38 and 46 are in its callbacks.
+    assert main_calls(XLATED["entry"]) == [21, 29, 34]
+    assert set(call_dominators(XLATED["entry"])) == {21, 29, 34}
+
+
+def test_jit_calls_pair_with_translated_calls_or_nothing_is_implied() -> None:
+    assert jit_call_index(XLATED["xdp_count"], CALL_BASE, _targets("xdp_count")) == [21, 35, 36]
+    # The tail call is a jump in the JIT image: the two subprogram calls pair.
+    assert jit_call_index(XLATED["entry"], CALL_BASE, _targets("entry")) == [21, 29]
+    wrong = _targets("xdp_count")
+    wrong[1] += 16  # a call the translated instructions do not make
+    assert jit_call_index(XLATED["xdp_count"], CALL_BASE, wrong) is None
+    assert jit_call_index(XLATED["xdp_count"], CALL_BASE, wrong[:2]) is None
+
+
+def test_an_unrecordable_call_is_implied_before_the_call_it_dominates() -> None:
+    lookup, update = (
+        Location(0x2000, "__htab_map_lookup_elem"),
+        Location(0x3000, "htab_map_update_elem"),
+    )
+    # Say the lookup's implementation were unrecordable: the recorded update proves it.
+    flow = ProgramFlow(
+        sites={0x1010: 21, 0x1050: 35, 0x1060: 36},
+        dominators=call_dominators(XLATED["xdp_count"]),
+        unrecordable={21: (0x1010, 0x2000, "__htab_map_lookup_elem")},
+    )
+    hit = Hit("prog:name:xdp_count")
+    site = Location(0x1050, "xdp_count", 0x50)
+    hit.branches = [Branch(site, update, "call"), Branch(update, site, "ret")]
+    add_implied(hit, flow)
+    assert [b.kind for b in hit.branches] == ["implied", "call", "ret"]
+    assert hit.branches[0].dst == lookup
+    trace = Trace(hits=[hit])
+    assert trace.called("__htab_map_lookup_elem")
+    assert "(implied: its call site dominates a recorded call)" in str(trace)
+    # A run that recorded only the other arm's call (36) proves the lookup too, and
+    # a run that recorded nothing proves nothing.
+    empty = Hit("prog:name:xdp_count")
+    add_implied(empty, flow)
+    assert empty.branches == []
+
+
+def test_runs_with_no_branch_say_why() -> None:
+    from pytest_lbr.capture.implied import empty_runs_note
+
+    spec = "prog:name:dump_task"
+    full = Hit(spec, branches=[Branch(Location(1), Location(2), "call")])
+    hits = [full, Hit(spec), Hit(spec), Hit("prog:name:other")]
+    assert empty_runs_note(hits, [spec, "prog:name:other"]) == [
+        f"{spec}: 2 of 3 runs hold no branch: the function tracer recorded no call in "
+        "them (each is known from its fexit return), and none of their calls is implied "
+        "by a recorded one",
+        "prog:name:other: 1 of 1 runs hold no branch: the function tracer recorded no "
+        "call in them (each is known from its fexit return), and none of their calls is "
+        "implied by a recorded one",
+    ]
+    assert empty_runs_note([full], [spec]) == []
+
+
+def test_return_values_read_as_the_programs_c_type() -> None:
+    from pytest_lbr.capture.implied import typed_returns
+    from pytest_lbr.model import Hit
+
+    returns = {
+        "prog:name:deny": (4, True),  # int: -EACCES
+        "prog:name:init": (0, False),  # void
+        "prog:name:count": (4, False),  # u32
+        "prog:name:other": None,
+    }
+    hits = [
+        Hit("prog:name:deny", retval=4294967283),
+        Hit("prog:name:deny", retval=0),
+        Hit("prog:name:init", retval=24),
+        Hit("prog:name:count", retval=4294967283),
+        Hit("prog:name:other", retval=4294967283),
+    ]
+    notes = typed_returns(hits, returns)
+    assert [h.retval for h in hits] == [-13, 0, None, 4294967283, 4294967283]
+    assert notes == ["prog:name:init returns void: its runs have no return value"]
