@@ -681,3 +681,17 @@ def test_ci_qemu_bisect_is_pytest_lbr_bisect(tmp_path: Path) -> None:
         and line.endswith("-- --lbr --lbr-require tests/kernel/test_plugin_kernel.py -k golden")
         for line in lines
     )
+
+
+def test_the_fixtures_are_typed_for_ides() -> None:
+    """An IDE knows `lbr` is a Tracer, `bpf` a BpfLoader and `veth` a VethPair."""
+    import typing
+    from collections.abc import Generator
+
+    import pytest_lbr.plugin as plugin
+    from pytest_lbr.bpf import BpfLoader, VethPair
+    from pytest_lbr.tracer import Tracer
+
+    for fixture, cls in ((plugin.lbr, Tracer), (plugin.bpf, BpfLoader), (plugin.veth, VethPair)):
+        hints = typing.get_type_hints(fixture.__wrapped__, vars(plugin) | {cls.__name__: cls})
+        assert hints["return"] == Generator[cls, None, None], hints

@@ -20,7 +20,7 @@ import ctypes
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from ctypes import Structure, c_char, c_uint8, c_uint32
 from dataclasses import dataclass
 
@@ -145,14 +145,12 @@ def helper_ids() -> dict[int, str]:
         lib.btf__free(btf)
 
 
-def _data_symbols(part: str, path: str = "/proc/kallsyms") -> Iterator[tuple[str, int]]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) == 3 and parts[1] in "dDrR" and part in parts[2]:
-                addr = int(parts[0], 16)
-                if addr:
-                    yield parts[2], addr
+def _proto_symbols() -> list[tuple[str, int]]:
+    """The `*_proto*` data symbols of /proc/kallsyms, from the process's one read of
+    it (`symbols.kallsyms.live_kallsyms`, whose parser is the only one)."""
+    from pytest_lbr.symbols.kallsyms import live_kallsyms
+
+    return live_kallsyms().protos or []
 
 
 class KernelMemory:
@@ -228,7 +226,7 @@ def helper_implementations(
     helpers = set(names)
     wanted = {f"{n}_proto": n for n in helpers}
     try:
-        symbols = list(_data_symbols("_proto") if listed is None else listed)
+        symbols = list(_proto_symbols() if listed is None else listed)
         protos = [(wanted[s], a) for s, a in symbols if s in wanted]
         # Protos named otherwise come after those named exactly (which win).
         protos += [

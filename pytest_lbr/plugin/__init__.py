@@ -10,7 +10,7 @@ plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py, test_k
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,6 +18,10 @@ from pytest_lbr import guest_mode
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, SplatMode, choices
 from pytest_lbr.plugin.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSession
+
+if TYPE_CHECKING:  # for IDEs and type checkers: the fixtures' types, imported on use
+    from pytest_lbr.bpf import BpfLoader, VethPair
+    from pytest_lbr.tracer import Tracer
 
 __all__ = ["bpf", "lbr", "lbr_golden", "veth"]
 
@@ -242,7 +246,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 @pytest.fixture
-def lbr(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
+def lbr(request: pytest.FixtureRequest) -> Generator[Tracer, None, None]:
     """The `Tracer`: `with lbr.trace(*targets) as trace: ...`, `lbr.check_golden(trace)`.
 
     Skipped without --lbr ("tracing disabled: run with --lbr") and when the backend
@@ -253,7 +257,7 @@ def lbr(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
 
 
 @pytest.fixture
-def bpf(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
+def bpf(request: pytest.FixtureRequest) -> Generator[BpfLoader, None, None]:
     """A `BpfLoader`: `bpf.load(path) -> BpfObject`; everything loaded is closed at teardown.
 
     A relative path is found beside the test module first, then in the working directory.
@@ -268,7 +272,7 @@ def bpf(request: pytest.FixtureRequest) -> Generator[Any, None, None]:
 
 
 @pytest.fixture
-def veth() -> Generator[Any, None, None]:
+def veth() -> Generator[VethPair, None, None]:
     """A `VethPair` for this test: `veth.host` (this namespace) and `veth.peer` (eth0 in
     the new namespace `veth.netns`), up, with IPv4 addresses; both ends, the namespace
     and everything attached to them are removed at teardown, also when the test fails.

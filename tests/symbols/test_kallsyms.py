@@ -139,17 +139,24 @@ def test_kernel_formatted_text_reads_the_same_as_columns_and_as_lines(text: str)
 
 
 def test_the_helpers_protos_come_from_the_same_read_as_the_code_symbols() -> None:
-    """The live table keeps the `*_proto` data symbols the helper names need: exactly
-    what reading /proc/kallsyms for them alone gives (one read a session, not two)."""
-    from pytest_lbr.kernel.helpers import _data_symbols
+    """The live table keeps the `*_proto` data symbols the helper names need (one read
+    a session, not two): exactly what reading /proc/kallsyms line by line for them
+    gives, and what the helper names are read from."""
+    from pytest_lbr.kernel.helpers import _proto_symbols
 
     ks = KernelSymbols()
     if not ks.readable:
         pytest.skip("/proc/kallsyms hides addresses here (needs root / kptr_restrict=0)")
-    alone = list(_data_symbols("_proto"))
+    with open("/proc/kallsyms") as f:
+        alone = [
+            (w[2], int(w[0], 16))
+            for w in map(str.split, f)
+            if len(w) == 3 and w[1] in "dDrR" and "_proto" in w[2] and int(w[0], 16)
+        ]
     # (This host's kernel lists few data symbols; the guests' list every proto:
     # tests/kernel/test_helper_facts.py names helpers through this table there.)
     assert ks.protos == alone
+    assert _proto_symbols() == alone
 
 
 def test_a_file_read_line_by_line_has_no_protos(tmp_path) -> None:
