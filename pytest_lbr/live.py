@@ -8,7 +8,7 @@
 `LiveTrace` arms a capture of any backend whose `Capabilities.live` says it
 streams, polls it while it runs (`Capture.poll()`; the graph backend reads its
 trace_pipe as the records come) and names each batch of hits the way
-`pytest_lbr.tracer` names a whole trace (`add_source_lines`, then the capture's
+`pytest_lbr.tracer` finishes a whole trace (`finish`: names, then the capture's
 `trim`). It never records its own process: a reader that traced itself would trace
 its own reading. The filters and the JSON shape of a hit are here too, as plain
 functions.
@@ -37,7 +37,7 @@ from pytest_lbr.capture import (
 from pytest_lbr.model import Branch, Hit, Location
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, parse_name
 from pytest_lbr.targets import Target, parse_targets
-from pytest_lbr.tracer import add_source_lines
+from pytest_lbr.tracer import finish
 
 __all__ = [
     "ERRNO_MAX",
@@ -303,9 +303,8 @@ class LiveTrace:
     def _named(self, hits: list[Hit]) -> list[Hit]:
         mine = os.getpid()
         hits = [h for h in hits if h.pid != mine]
-        add_source_lines(hits, self._vmlinux)
         if self._capture is not None:
-            self._capture.trim(hits)
+            finish(self._capture, hits, self._vmlinux)
         for h in hits:
             # ftrace names a task it has not cached as "<...>".
             if not h.comm or h.comm == "<...>":

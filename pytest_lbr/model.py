@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from pytest_lbr.macros import helpers_of
 
@@ -283,6 +283,14 @@ class Trace:
     #: The backend's records as read (graph: the tracefs instance's text), for
     #: finding out why a trace looks the way it does; never compared.
     capture_text: str = field(default="", repr=False, compare=False)
+
+    def complete_from(self, finished: Trace) -> None:
+        """Take what a finished capture recorded (`finished`) into this trace, keeping
+        its targets as the user gave them: the `Trace` a `with lbr.trace(...)` block
+        holds is empty inside the block and complete after it."""
+        for f in fields(self):
+            if f.name != "targets":
+                setattr(self, f.name, getattr(finished, f.name))
 
     # -- queries -------------------------------------------------------------
 

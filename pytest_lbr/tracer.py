@@ -18,13 +18,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pytest_lbr.capture import Backend, CaptureError, Scope, resolve_backend
+from pytest_lbr.capture import Backend, Capture, CaptureError, Scope, resolve_backend
 from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import parse_targets
 
-__all__ = ["Tracer", "TracingUnavailable", "add_source_lines", "trim_tracer", "trim_tracer_hits"]
+__all__ = [
+    "Tracer",
+    "TracingUnavailable",
+    "add_source_lines",
+    "finish",
+    "trim_tracer",
+    "trim_tracer_hits",
+]
 
 
 class TracingUnavailable(CaptureError):
@@ -136,10 +143,8 @@ class Tracer:
             stopped = time.monotonic()
         finally:
             capture.close()
-        add_source_lines(done.hits, self._vmlinux, recorded_by=stopped)
-        capture.trim(done.hits)
-        trace.__dict__.update(done.__dict__)
-        trace.targets = [t.spec for t in parsed]
+        finish(capture, done.hits, self._vmlinux, recorded_by=stopped)
+        trace.complete_from(done)
 
     def check_golden(self, trace: Trace, name: str | None = None, level: str = "function") -> None:
         """Compare `trace` with the test's golden trace (or write it under --lbr-golden-update)."""
@@ -172,6 +177,19 @@ def _close_all(backends: dict[str, Backend]) -> None:
     for b in backends.values():
         b.close()
     backends.clear()
+
+
+def finish(
+    capture: Capture, hits: list[Hit], vmlinux: str | None, recorded_by: float | None = None
+) -> list[Hit]:
+    """The one step from a capture's hits to a trace's, for a whole trace
+    (`Tracer.trace`) and for each batch of a live one (`LiveTrace`): every branch end
+    named with the symbolizer's name and file:line (`add_source_lines`), then the
+    capture's `trim`, which cuts what the tracer itself ran and needs those names.
+    Returns `hits`, changed in place."""
+    add_source_lines(hits, vmlinux, recorded_by=recorded_by)
+    capture.trim(hits)
+    return hits
 
 
 def add_source_lines(

@@ -222,8 +222,9 @@ class Capture(Protocol):
     and returns the whole trace (of a live capture: the hits not handed over
     yet); `close` releases every kernel object (idempotent, also after a failed
     start). `lost` and `notes` say, at any time, what the hits so far miss.
-    `trim` runs after the tracer has named the addresses of hits this capture
-    returned: it drops the backend's own records from their branches.
+    `trim` drops the backend's own records from the branches of hits this
+    capture returned; `pytest_lbr.tracer.finish`, the one step every trace and
+    live batch goes through, calls it once their addresses are named.
     """
 
     def start(self) -> None: ...
