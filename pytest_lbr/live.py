@@ -9,9 +9,10 @@
 streams, polls it while it runs (`Capture.poll()`; the graph backend reads its
 trace_pipe as the records come) and names each batch of hits the way
 `pytest_lbr.tracer` finishes a whole trace (`finish`: names, then the capture's
-`trim`). It never records its own process: a reader that traced itself would trace
-its own reading. The filters and the JSON shape of a hit are here too, as plain
-functions.
+`trim`). One rule on every backend: the reader's own threads are never recorded (a
+reader that traced itself would trace its own reading), and what it starts while
+armed (a child process) is, like any other task. The filters and the JSON shape of
+a hit are here too, as plain functions.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ class LiveTrace:
     """A capture that hands its hits over as they arrive; a context manager.
 
     `targets` as `lbr.trace` takes them; `scope` whose work (default: every task,
-    "system"; never this process). `backend` "auto" streams with the first backend
+    "system"; never this process's threads, while the processes it starts are
+    recorded). `backend` "auto" streams with the first backend
     that streams and works here; a backend whose `Capabilities.live` is False is
     refused (`StreamingUnsupported`). `filter`: an LBR branch filter, for a backend
     that takes one (`Capabilities.filters`). `backend`, `pmu` and `filter` are

@@ -27,8 +27,8 @@ PMU = {"graph": "hardware", "lbr": "software"}
 
 @pytest.mark.parametrize("backend", list(PMU))
 def test_a_reader_that_falls_behind_counts_the_loss_and_keeps_the_count(backend: str) -> None:
-    # Started before the trace and told to go once it is armed: a live graph trace
-    # never records what the reading process starts while armed (function-fork).
+    # Started before the trace and told to go once it is armed, so that its start-up
+    # is not part of the load.
     dd = subprocess.Popen(
         [
             "sh",

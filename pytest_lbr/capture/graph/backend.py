@@ -385,9 +385,10 @@ class GraphCapture:
     def live(self) -> None:
         """Make this a live capture, read with `poll()` while it runs (call before `start()`).
 
-        This process is never recorded (nor, with scope "system", what it starts):
-        a live reader that traced itself would record its own reading of the
-        trace. So the scope must name other tasks: a pid, a cgroup or "system".
+        This process's threads are never recorded: a live reader that traced
+        itself would record its own reading of the trace. What it starts is, as
+        on the LBR path (`pytest_lbr.live`: one rule for both backends). So the
+        scope must name other tasks: a pid, a cgroup or "system".
         """
         if self._instance is not None:
             raise CaptureError("graph capture: live() comes before start()")
@@ -401,10 +402,9 @@ class GraphCapture:
         if self.scope.kind == "system":
             self._narrow()
         children = self.scope.kind == "children" or self.scope.cgroup is not None
-        # Live, every task: function-fork makes what this process starts (a
-        # symbolizer) as untraced as itself (no pid list to add it to here).
-        follow = self._live is not None and self.scope.kind == "system"
-        self._instance = inst = self._recorder.instance(self._tids, children or follow)
+        # Live: no function-fork for the untraced threads, so what this process
+        # starts while armed is recorded like any other task.
+        self._instance = inst = self._recorder.instance(self._tids, children)
         try:
             if children:
                 inst.enable_event(FORK_EVENT)
