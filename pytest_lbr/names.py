@@ -18,6 +18,7 @@ from typing import TypeVar
 
 __all__ = [
     "BackendName",
+    "CoverageFormat",
     "GoldenLevel",
     "LbrFilter",
     "Name",
@@ -38,6 +39,14 @@ class BackendName(enum.StrEnum):
     AUTO = "auto"
     LBR = "lbr"
     GRAPH = "graph"
+
+
+class CoverageFormat(enum.StrEnum):
+    """The files `--lbr-cov-report=FORMAT:PATH` writes: `lcov` (an LCOV tracefile,
+    for genhtml and CI services) or `cobertura` (Cobertura XML)."""
+
+    LCOV = "lcov"
+    COBERTURA = "cobertura"
 
 
 class PmuName(enum.StrEnum):
@@ -101,6 +110,7 @@ _NOUNS: dict[type[enum.StrEnum], str] = {
     ScopeKind: "scope",
     GoldenLevel: "golden level",
     SplatMode: "kernel-splat mode",
+    CoverageFormat: "coverage report format",
 }
 
 #: Any of the vocabularies above (`parse_name` returns a member of the one it is given).

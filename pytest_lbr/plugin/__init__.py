@@ -21,6 +21,9 @@ from pytest_lbr.plugin.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSessio
 
 __all__ = ["bpf", "lbr", "lbr_golden", "veth"]
 
+# --lbr-cov is a plugin of its own (options, hooks), registered with this one.
+pytest_plugins = ["pytest_lbr.plugin.coverage"]
+
 _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     # (flag, argparse kwargs, ini type)
     (
