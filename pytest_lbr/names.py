@@ -26,6 +26,7 @@ __all__ = [
     "ScopeKind",
     "SplatMode",
     "choices",
+    "parse_coverage_report",
     "parse_name",
 ]
 
@@ -132,3 +133,12 @@ def choices(kind: type[enum.StrEnum]) -> tuple[str, ...]:
     """`kind`'s values as plain strings, in order: argparse `choices=` (whose error
     would show a member's repr)."""
     return tuple(member.value for member in kind)
+
+
+def parse_coverage_report(value: str) -> tuple[CoverageFormat, str]:
+    """`--lbr-cov-report`'s FORMAT:PATH as (format, path); else ValueError, one line."""
+    kind, sep, path = value.partition(":")
+    fmt = parse_name(CoverageFormat, kind)
+    if not sep or not path:
+        raise ValueError(f"{value!r} names no file; write {kind}:PATH")
+    return fmt, path

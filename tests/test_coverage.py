@@ -9,6 +9,7 @@ function tracer's call sites are its real call instructions.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -42,8 +43,6 @@ def _marked(marker: str) -> set[int]:
     return {n for n, text in enumerate(SOURCE.read_text().splitlines(), 1) if marker in text}
 
 
-#: The lines of each arm (those with code: a `return` of a constant has none of its own).
-IPV4, OTHER = _marked("/* arm: ipv4 */"), _marked("/* arm: other */")
 BRANCH = next(iter(_marked("if (eth->h_proto")))
 
 
@@ -58,6 +57,10 @@ class Loaded:
         self.obj = BpfObject(OBJECT)
         self.prog = self.obj.programs["branch_cover"]
         self.code = read_code(self.prog.fd, "x86_64")
+        # The lines of each arm that have code (a `return` of a constant has none).
+        code_lines = _lines(set(self.code.lines))
+        self.ipv4 = _marked("/* arm: ipv4 */") & code_lines
+        self.other = _marked("/* arm: other */") & code_lines
         start, image = jited_image(self.prog.fd)
         main = self.code.functions[0]
         self.insns = disassemble(image[: main.jit_end - main.jit_start], start)
@@ -114,9 +117,6 @@ class Loaded:
 def loaded() -> Iterator[Loaded]:
     require_root()
     prog = Loaded()
-    global IPV4, OTHER
-    code_lines = _lines(set(prog.code.lines))
-    IPV4, OTHER = IPV4 & code_lines, OTHER & code_lines
     yield prog
     prog.obj.close()
 
@@ -133,7 +133,7 @@ def _runs(loaded: Loaded) -> tuple[list[Branch], list[Branch]]:
 def test_the_source_lines_are_the_programs_line_records(loaded: Loaded) -> None:
     code = loaded.code
     assert code.name == "branch_cover" and code.source.endswith("branch_cover.bpf.c")
-    assert IPV4 | OTHER | {BRANCH} <= _lines(set(code.lines))
+    assert loaded.ipv4 | loaded.other | {BRANCH} <= _lines(set(code.lines))
     assert 0 not in _lines(set(code.lines))  # line-0 records are no source line
 
 
@@ -142,7 +142,7 @@ def test_each_arm_is_a_block_the_branch_dominates(loaded: Loaded) -> None:
     flow = code.flow
     arm = {
         name: {b for b in range(len(flow.blocks)) if _lines(code.block_lines(b)) & lines}
-        for name, lines in (("ipv4", IPV4), ("other", OTHER))
+        for name, lines in (("ipv4", loaded.ipv4), ("other", loaded.other))
     }
     assert arm["ipv4"] and arm["other"] and not arm["ipv4"] & arm["other"]
     for a, b in (("ipv4", "other"), ("other", "ipv4")):
@@ -158,10 +158,10 @@ def test_lbr_records_show_the_arm_a_run_took_and_its_direction(loaded: Loaded) -
     assert one.entered and two.entered
     for ev in (one, two):
         # Each run executed one arm whole and none of the other.
-        arms = [lines for lines in (IPV4, OTHER) if lines <= _lines(ev.executed)]
-        assert len(arms) == 1 and not _lines(ev.executed) & (IPV4 | OTHER) - arms[0]
+        arms = [lines for lines in (loaded.ipv4, loaded.other) if lines <= _lines(ev.executed)]
+        assert len(arms) == 1 and not _lines(ev.executed) & (loaded.ipv4 | loaded.other) - arms[0]
         assert BRANCH in _lines(ev.executed)
-    assert _lines(one.executed) & IPV4 != _lines(two.executed) & IPV4
+    assert _lines(one.executed) & loaded.ipv4 != _lines(two.executed) & loaded.ipv4
     # The branch's jump: taken in one run, fallen through in the other.
     directions = [
         (d1, d2)
@@ -190,14 +190,16 @@ def test_a_run_cut_by_the_window_counts_only_what_its_records_show(loaded: Loade
 
 
 def test_a_recorded_call_proves_its_arm_and_what_dominates_it(loaded: Loaded) -> None:
-    for arm, other in ((IPV4, OTHER), (OTHER, IPV4)):
+    for arm, other in ((loaded.ipv4, loaded.other), (loaded.other, loaded.ipv4)):
         ev = graph_run(loaded.code, loaded.calls_on(arm), entered=True)
         assert arm <= _lines(ev.proven) and BRANCH in _lines(ev.proven)
         assert not _lines(ev.proven) & other
         assert not ev.executed  # proven, never "executed": nothing recorded the lines
     # A run with no recorded call proves its entry block only.
     alone = graph_run(loaded.code, [], entered=True)
-    assert _lines(alone.proven) and not _lines(alone.proven) & (IPV4 | OTHER | {BRANCH})
+    assert _lines(alone.proven) and not _lines(alone.proven) & (
+        loaded.ipv4 | loaded.other | {BRANCH}
+    )
 
 
 def _trace(backend: str, branches: list[Branch]) -> Trace:
@@ -217,8 +219,8 @@ def test_alone_each_test_leaves_the_other_arm_not_observed_together_both(
         tests = [_trace("lbr", taken), _trace("lbr", fell)]
     else:
         tests = [
-            _trace("graph", _graph_branches(loaded, IPV4)),
-            _trace("graph", _graph_branches(loaded, OTHER)),
+            _trace("graph", _graph_branches(loaded, loaded.ipv4)),
+            _trace("graph", _graph_branches(loaded, loaded.other)),
         ]
     codes, targets = {loaded.prog.id: loaded.code}, {SPEC: loaded.prog.id}
     alone = []
@@ -230,20 +232,23 @@ def test_alone_each_test_leaves_the_other_arm_not_observed_together_both(
         alone.append(covered)
         how = {cov.how[line] for line in cov.lines if cov.lines[line]}
         assert how <= ({EXECUTED, PROVEN} if backend == "lbr" else {PROVEN})
-    assert {frozenset(c & (IPV4 | OTHER)) for c in alone} == {frozenset(IPV4), frozenset(OTHER)}
+    assert {frozenset(c & (loaded.ipv4 | loaded.other)) for c in alone} == {
+        frozenset(loaded.ipv4),
+        frozenset(loaded.other),
+    }
     together = CoverageBook()
     for trace in tests:
         together.add_trace(trace, codes, targets)
     (cov,) = together.sorted()
     assert cov.runs == 2
-    assert IPV4 | OTHER <= {ln for (_, ln), n in cov.lines.items() if n}
+    assert loaded.ipv4 | loaded.other <= {ln for (_, ln), n in cov.lines.items() if n}
     row = term_missing([cov])[2]
     assert row.split()[:2] == ["branch_cover", cov.source]
 
 
 def _both_arms(loaded: Loaded) -> ProgramCoverage:
     book = CoverageBook()
-    for lines in (IPV4, OTHER):
+    for lines in (loaded.ipv4, loaded.other):
         trace = _trace("graph", _graph_branches(loaded, lines))
         book.add_trace(trace, {loaded.prog.id: loaded.code}, {SPEC: loaded.prog.id})
     return book.sorted()[0]
@@ -267,11 +272,11 @@ def test_lcov_renders_with_genhtml_and_cobertura_parses(loaded: Loaded, tmp_path
     cov = _both_arms(loaded)
     info = lcov([cov], str(ROOT))
     assert f"SF:{SOURCE}" in info.splitlines()
-    for line in IPV4 | OTHER:
+    for line in loaded.ipv4 | loaded.other:
         assert f"DA:{line},1" in info.splitlines()
     xml = ET.fromstring(cobertura([cov], str(ROOT)))
     hits = {int(e.get("number", 0)): int(e.get("hits", 0)) for e in xml.iter("line")}
-    assert all(hits[line] == 1 for line in IPV4 | OTHER)
+    assert all(hits[line] == 1 for line in loaded.ipv4 | loaded.other)
     if shutil.which("genhtml") is None:
         pytest.skip("genhtml is not installed (Debian: lcov; bash ci/setup installs it)")
     (tmp_path / "cov.info").write_text(info)
@@ -302,3 +307,68 @@ def test_dominators_over_a_guests_translated_instructions() -> None:
     assert lookup in flow.proven_by(update) and lookup in flow.proven_by(add)
     assert add not in flow.proven_by(update) and update not in flow.proven_by(add)
     assert flow.proven_by(flow.entries[0]) == frozenset({flow.entries[0]})
+
+
+def _marks(page: str) -> dict[int, str]:
+    """Line number -> its mark, from the coverage section's source table."""
+    from html.parser import HTMLParser
+
+    marks: dict[int, str] = {}
+
+    class Rows(HTMLParser):
+        cls = ""
+        cells: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag == "tr":
+                self.cls, self.cells = dict(attrs).get("class") or "", []
+            elif tag == "td":
+                self.cells.append("")
+
+        def handle_data(self, data: str) -> None:
+            if self.cells:
+                self.cells[-1] += data
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "tr" and self.cells:
+                marks[int(self.cells[0])] = self.cls
+
+    Rows().feed(page)
+    return marks
+
+
+#: A test's part of the report page, as `report.write_test_files` writes it.
+_PART = {
+    "nodeid": "examples/branch_cover/test_branch_cover.py::test_ipv4_takes_the_first_arm",
+    "outcome": "passed",
+    "text": "t.txt",
+    "traces": [],
+    "golden": [],
+}
+
+
+def test_the_report_marks_each_line_of_the_source(loaded: Loaded, tmp_path: Path) -> None:
+    from pytest_lbr.coverage.html import section, write_part
+    from pytest_lbr.report import write_html
+
+    book = CoverageBook()
+    trace = _trace("graph", _graph_branches(loaded, loaded.ipv4))
+    book.add_trace(trace, {loaded.prog.id: loaded.code}, {SPEC: loaded.prog.id})
+    write_part(tmp_path, book.sorted())
+    # The page is built from the tests' parts beside it (one here), in the working directory.
+    (tmp_path / ".parts").mkdir(exist_ok=True)
+    (tmp_path / ".parts" / "t.json").write_text(json.dumps(_PART))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        page = write_html(tmp_path).read_text()  # type: ignore[union-attr]
+    assert "examples/branch_cover/test_branch_cover.py::test_ipv4" in page
+    marks = _marks(page)
+    assert all(marks[line] == "proven" for line in loaded.ipv4 | {BRANCH})
+    assert all(marks[line] == "not-observed" for line in loaded.other)
+    text = SOURCE.read_text().splitlines()
+    blank = next(n for n in range(BRANCH, 0, -1) if not text[n - 1].strip())
+    assert marks[blank] == ""  # a line without code is shown unmarked
+    write_part(tmp_path, [_both_arms(loaded)])
+    marks = _marks(section(tmp_path, cwd=ROOT))
+    assert all(marks[line] == "proven" for line in loaded.ipv4 | loaded.other)
+    assert section(tmp_path / "none") == ""  # no coverage part: no section

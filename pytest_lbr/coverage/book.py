@@ -167,6 +167,15 @@ class CoverageBook:
         else:
             mine.merge(cov)
 
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> CoverageBook:
+        """The coverage of several sessions' `coverage` records (results files of
+        kernels, shards) summed, program by program."""
+        book = cls()
+        for record in records:
+            book.merge(ProgramCoverage.from_record(dict(record)))
+        return book
+
     def sorted(self) -> list[ProgramCoverage]:
         """By source file, then program."""
         return [self.programs[k] for k in sorted(self.programs, key=lambda k: (k[1], k[0]))]

@@ -4,13 +4,14 @@ Cobertura XML. Pure: each function takes the programs' coverage and returns text
 from __future__ import annotations
 
 import os
+import re
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from pytest_lbr.coverage.book import EXECUTED, PROVEN, ProgramCoverage
 
-__all__ = ["cobertura", "lcov", "line_ranges", "term_missing"]
+__all__ = ["cobertura", "lcov", "line_ranges", "markdown", "term_missing"]
 
 
 def line_ranges(missing: Sequence[int], lines: Sequence[int]) -> str:
@@ -36,10 +37,10 @@ def _percent(covered: int, total: int) -> str:
     return f"{100 * covered // total if total else 100}%"
 
 
-def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
-    """One line per program and source file: program, file, lines, covered, percent,
-    and the lines not observed; then what the labels mean and the LBR window's cuts."""
-    rows = [("Program", "Source", "Lines", "Covered", "Cover", "Not observed")]
+def _rows(programs: Sequence[ProgramCoverage]) -> tuple[list[tuple[str, ...]], int, int]:
+    """One row per program and source file (program, file, lines, covered, percent,
+    not observed), and the covered lines known executed and proven."""
+    rows: list[tuple[str, ...]] = []
     executed = proven = 0
     for cov in programs:
         for file in cov.files():
@@ -59,17 +60,14 @@ def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
             )
             executed += sum(1 for ln in covered if cov.how.get((file, ln)) == EXECUTED)
             proven += sum(1 for ln in covered if cov.how.get((file, ln)) == PROVEN)
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    out = []
-    for r in rows:
-        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
-        cells += [r[i].rjust(widths[i]) for i in (2, 3, 4)]
-        out.append("  ".join([*cells, r[5]]).rstrip())
-    out.insert(1, "-" * max(len(line) for line in out))
-    out.append(
+    return rows, executed, proven
+
+
+def _notes(programs: Sequence[ProgramCoverage], executed: int, proven: int) -> list[str]:
+    out = [
         f"covered lines: {executed} executed (LBR records show them), {proven} proven "
         "(the control flow proves them); the rest were not observed"
-    )
+    ]
     for cov in programs:
         if cov.cut_by_window:
             out.append(
@@ -77,6 +75,34 @@ def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
                 "window: only what their records show is counted"
             )
     return out
+
+
+_HEADER = ("Program", "Source", "Lines", "Covered", "Cover", "Not observed")
+
+
+def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
+    """One line per program and source file: program, file, lines, covered, percent,
+    and the lines not observed; then what the labels mean and the LBR window's cuts."""
+    body, executed, proven = _rows(programs)
+    rows = [_HEADER, *body]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    out = []
+    for r in rows:
+        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
+        cells += [r[i].rjust(widths[i]) for i in (2, 3, 4)]
+        out.append("  ".join([*cells, r[5]]).rstrip())
+    out.insert(1, "-" * max(len(line) for line in out))
+    return out + _notes(programs, executed, proven)
+
+
+def markdown(programs: Sequence[ProgramCoverage]) -> list[str]:
+    """The term-missing table as Markdown (a CI summary's), then the same notes."""
+    body, executed, proven = _rows(programs)
+    out = ["| " + " | ".join(_HEADER) + " |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for name, file, *rest in body:
+        cells = [f"`{name.strip()}`", f"`{file}`", *rest]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, "", *_notes(programs, executed, proven)]
 
 
 def _by_file(programs: Sequence[ProgramCoverage]) -> dict[str, list[ProgramCoverage]]:
@@ -87,11 +113,13 @@ def _by_file(programs: Sequence[ProgramCoverage]) -> dict[str, list[ProgramCover
     return dict(sorted(files.items()))
 
 
-def lcov(programs: Sequence[ProgramCoverage], cwd: str | None = None) -> str:
+def lcov(programs: Sequence[ProgramCoverage], cwd: str | None = None, test: str = "") -> str:
     """LCOV tracefile text: one record per source file (programs sharing a file are
-    summed), paths made absolute against `cwd` so genhtml finds the sources."""
+    summed), paths made absolute against `cwd` so genhtml finds the sources. `test`:
+    the test name of its records (LCOV's `TN:`, letters, digits and `_`; `pytest-lbr
+    vm` names one per kernel, and genhtml and `lcov -a` sum them)."""
     base = cwd or os.getcwd()
-    out = ["TN:"]
+    out = ["TN:" + re.sub(r"\W", "_", test)]
     for file, covs in _by_file(programs).items():
         out.append(f"SF:{os.path.join(base, file)}")
         for cov in covs:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.names import CoverageFormat, choices, parse_name
+from pytest_lbr.names import CoverageFormat, choices, parse_coverage_report
 
 if TYPE_CHECKING:
     from pytest_lbr.coverage.collect import CoverageCollector
@@ -54,15 +54,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def parse_report(value: str) -> tuple[CoverageFormat, Path]:
     """FORMAT:PATH -> (format, path); a usage error of one line otherwise."""
-    kind, sep, path = value.partition(":")
     try:
-        fmt = parse_name(CoverageFormat, kind)
+        fmt, path = parse_coverage_report(value)
     except ValueError as exc:
         raise pytest.UsageError(f"--lbr-cov-report / lbr_cov_report: {exc} (FORMAT:PATH)") from None
-    if not sep or not path:
-        raise pytest.UsageError(
-            f"--lbr-cov-report / lbr_cov_report: {value!r} names no file; write {kind}:PATH"
-        )
     return fmt, Path(path)
 
 
@@ -116,6 +111,13 @@ class CoverageSession:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(lcov(programs) if fmt == CoverageFormat.LCOV else cobertura(programs))
         self._write_results(programs)
+        from pytest_lbr.plugin.session import SESSION_KEY
+
+        report_dir = self.config.stash[SESSION_KEY].report_dir
+        if report_dir is not None:  # the page is built after this (tryfirst below)
+            from pytest_lbr.coverage.html import write_part
+
+            write_part(report_dir, programs)
 
     def _write_results(self, programs: list[Any]) -> None:
         from pytest_lbr.plugin.session import SESSION_KEY
@@ -172,6 +174,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         cov.worker_done(node)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the session builds the HTML report
 def pytest_sessionfinish(session: pytest.Session) -> None:
     cov = _coverage(session.config)
     if cov is not None:

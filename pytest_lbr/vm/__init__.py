@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_lbr.guest import Shard
+from pytest_lbr.vm.coverage import split_coverage_args
 from pytest_lbr.vm.env import GUEST_ENV_FILE, env_option, guest_environment
 from pytest_lbr.vm.guest import guest_cli, guest_main
 from pytest_lbr.vm.host import (
@@ -310,6 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.execute is not None and pytest_args:
         say("error: --exec runs a command instead of pytest: drop the pytest arguments after --")
         return 4
+    try:  # the guests cannot write the caller's paths: the reports are written here
+        pytest_args, coverage = split_coverage_args(pytest_args)
+    except ValueError as exc:
+        say(f"error: --lbr-cov-report: {exc} (FORMAT:PATH)")
+        return 4
     try:
         plans = _plans(args, pytest_args)
     except VmError as exc:
@@ -341,9 +347,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     for r in results:
         say(r.line())
+    runs = {r.label: r.records for r in results}
+    if coverage.enabled:
+        for line in coverage.write(runs, Path.cwd()):
+            say(line)
     root = plans[0].results.parent
     if args.execute is None and root.is_dir():  # the results directory this run claimed
-        say(f"summary: {write_summary(root, results)}")
+        say(f"summary: {write_summary(root, results, coverage.summary(runs))}")
     status = worst_status([r.status for r in results])
     if args.bisect:
         status = bisect_status(status)
