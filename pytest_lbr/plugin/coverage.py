@@ -107,9 +107,19 @@ class CoverageSession:
             return
         from pytest_lbr.coverage.formats import cobertura, lcov
 
+        written = []
         for fmt, path in self.reports:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(lcov(programs) if fmt == CoverageFormat.LCOV else cobertura(programs))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                text = lcov(programs) if fmt == CoverageFormat.LCOV else cobertura(programs)
+                path.write_text(text)
+                written.append((fmt, path))
+            except OSError as exc:  # a read-only tree: a pytest-lbr vm guest's, from the ini
+                self.collector.problems.append(
+                    f"coverage: cannot write {path}: {exc.strerror or exc} (under pytest-lbr "
+                    "vm, give --lbr-cov-report after -- and the runner writes it)"
+                )
+        self.reports = written
         self._write_results(programs)
         from pytest_lbr.plugin.session import SESSION_KEY
 
