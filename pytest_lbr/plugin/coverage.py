@@ -77,9 +77,8 @@ class CoverageSession:
     def collector(self) -> CoverageCollector:
         if self._collector is None:
             from pytest_lbr.coverage.collect import CoverageCollector
-            from pytest_lbr.plugin.session import SESSION_KEY
 
-            lbr_filter = self.config.stash[SESSION_KEY].filter
+            lbr_filter = _option(self.config, "lbr_filter") or None
             self._collector = CoverageCollector(every_branch=lbr_filter in (None, "any"))
         return self._collector
 
@@ -121,23 +120,20 @@ class CoverageSession:
                 )
         self.reports = written
         self._write_results(programs)
-        from pytest_lbr.plugin.session import SESSION_KEY
-
-        report_dir = self.config.stash[SESSION_KEY].report_dir
-        if report_dir is not None:  # the page is built after this (tryfirst below)
+        report_dir = _option(self.config, "lbr_report")
+        if report_dir:  # the page is built after this (tryfirst below)
             from pytest_lbr.coverage.html import write_part
 
-            write_part(report_dir, programs)
+            write_part(Path(report_dir).resolve(), programs)
 
     def _write_results(self, programs: list[Any]) -> None:
-        from pytest_lbr.plugin.session import SESSION_KEY
         from pytest_lbr.results import CoverageRecord, append_record
 
-        path = self.config.stash[SESSION_KEY].results.path
-        if path is None:
+        path = _option(self.config, "lbr_results")
+        if not path:
             return
         for cov in programs:
-            append_record(path, CoverageRecord(**cov.to_record()))
+            append_record(Path(path).resolve(), CoverageRecord(**cov.to_record()))
 
     def summary(self, terminal: Any) -> None:
         """The term-missing table, the problems met, the files written."""
@@ -155,6 +151,17 @@ class CoverageSession:
             terminal.write_line(problem)
         for fmt, path in self.reports:
             terminal.write_line(f"lbr coverage: {fmt} {path}")
+
+
+def _option(config: pytest.Config, dest: str) -> Any:
+    """An option of the lbr session's (`--lbr-filter`, `--lbr-report`, `--lbr-results`),
+    or its ini key, as the session reads it (the session module is imported by the
+    plugin alone: tests/test_plugin.py)."""
+    value = config.getoption(dest, default=None)
+    if value is None or value is False:
+        ini = config.getini(dest)
+        return ini if ini not in ("", [], None) else value
+    return value
 
 
 def _coverage(config: pytest.Config) -> CoverageSession | None:
