@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
@@ -150,3 +151,20 @@ def test_the_summary_has_the_coverage_of_both_kernels(tmp_path: Path) -> None:
     assert (
         CoverageReports(True).summary({"6.12": Results()})[-1] == "No guest traced a BPF program."
     )
+
+
+def test_the_guests_command_asks_for_coverage_not_the_file(tmp_path: Path) -> None:
+    try:
+        vm.resolve_kernel("6.12")
+    except vm.VmError as exc:
+        pytest.skip(str(exc))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_lbr.vm", "--kernel", "6.12", "--tcg", "--dry-run", "--"]
+        + ["examples", "--lbr", "--lbr-cov-report=lcov:cov.info"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("-- --lbr-cov examples --lbr'")
+    assert list(tmp_path.iterdir()) == []  # --dry-run wrote nothing, no report either
