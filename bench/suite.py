@@ -47,6 +47,10 @@ SYMBOLIZE_MD = BENCH / "RESULTS-symbolize.md"
 SOAK_JSON, SOAK_MD = BENCH / "RESULTS-soak.json", BENCH / "RESULTS-soak.md"
 #: The real kernel bisection's record (issue 16; a session by hand, not in bench/run).
 BISECT_MD = BENCH / "RESULTS-bisect.md"
+#: bench/coverage_cost.py's last run in each guest (its own run, not in bench/run).
+COVERAGE_JSON = BENCH / "RESULTS-coverage.json"
+#: What --lbr-cov may add to a traced suite's time.
+TARGET_COVERAGE = 1.10
 PY = sys.executable
 
 #: Targets from issue 7 (ratios measured in the same run).
@@ -68,6 +72,7 @@ LIMITS = {
     "(a few ms) even without traced tests",
     "loss": "see the throughput table: lost != true loss means the lost counter misses drops",
     "soak": "see section 6: the count that grew, and RSS",
+    "coverage": "see section 7: reading each traced program's code and proving its lines",
     "pertest30": "see section 3 and docs/architecture.md: a program loaded per test needs "
     "a new fexit hook per test (its attach target is fixed at load: ~0.017 s under TCG, "
     "about a third of it libbpf opening the object and reusing the session's spare maps, "
@@ -279,7 +284,12 @@ def _other_guest_runs(
     return out
 
 
-def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = BISECT_MD) -> str:
+def render(
+    results: Path,
+    symbolize_md: Path = SYMBOLIZE_MD,
+    bisect_md: Path = BISECT_MD,
+    coverage_json: Path = COVERAGE_JSON,
+) -> str:
     """bench/RESULTS.md from the JSON files in `results` and the symbolize table."""
     startup = load_json(results / "startup.json")
     pertest = load_json(results / "pertest.json")
@@ -426,6 +436,20 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = B
     if not soak:
         add("soak", "no growth", "-", "not measured", "soak")
 
+    # 8. coverage
+    coverage = load_json(coverage_json)
+    for kernel, run in sorted((coverage or {}).get("kernels", {}).items()):
+        # Judged on what coverage's own work added to its run (timed in-process): two
+        # runs of the suite differ by more than 10% from the shared machine's load alone.
+        r = run.get("added")
+        add(
+            f"--lbr-cov on the traced examples ({kernel})",
+            f"<= {TARGET_COVERAGE:.2f}x the traced suite",
+            f"{fmt_ratio(r, 3)} (its own work; run against run {fmt_ratio(run.get('ratio'), 3)})",
+            verdict(r, TARGET_COVERAGE),
+            "coverage",
+        )
+
     out = [
         "# pytest-lbr benchmarks",
         "",
@@ -451,12 +475,58 @@ def render(results: Path, symbolize_md: Path = SYMBOLIZE_MD, bisect_md: Path = B
     out += _throughput_section(thr)
     out += _graph_section(graph)
     out += _soak_section(results / "soak.md" if (results / "soak.md").exists() else SOAK_MD)
+    out += _coverage_section(coverage)
     out += _bisect_section(bisect_md)
     return "\n".join(out).rstrip() + "\n"
 
 
+def _coverage_section(data: dict[str, Any] | None) -> list[str]:
+    out = ["## 7. Coverage cost (6.1 and 6.12 guests)", ""]
+    if not data:
+        return [*out, "Not run.", ""]
+    rows = [
+        [
+            kernel,
+            run["machine"]["date"],
+            fmt_stat(run["seconds"]["traced"], 1),
+            fmt_stat(run["seconds"]["coverage"], 1),
+            fmt_ratio(run["ratio"], 3),
+            fmt_stat(run["seconds"].get("spent"), 2),
+            fmt_ratio(run.get("added"), 3),
+            run["programs_in_table"],
+        ]
+        for kernel, run in sorted(data["kernels"].items())
+    ]
+    return [
+        *out,
+        "From bench/coverage_cost.py (its own run in each guest, not part of bench/run): "
+        "the whole examples suite, `pytest examples -q --lbr` and the same with `--lbr-cov`, "
+        "each a fresh pytest process in one guest boot, after an unmeasured warm-up; the "
+        "coverage run first, so what warm-up is left favours the run without it. Seconds, wall "
+        "clock; one run of each. Two runs differ by more than 10% from the shared machine's "
+        "load alone, so the coverage run also times coverage's own work in-process (the "
+        "collector's calls, the end of the session): *added* is that run over itself less "
+        "that work, and is what the target judges.",
+        "",
+        markdown_table(
+            [
+                "kernel",
+                "when",
+                "--lbr",
+                "--lbr --lbr-cov",
+                "run against run",
+                "coverage's own work",
+                "added",
+                "programs in the table",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
 def _bisect_section(source: Path) -> list[str]:
-    out = ["## 7. Kernel bisection (issue 16)", ""]
+    out = ["## 8. Kernel bisection (issue 16)", ""]
     if not source.exists():
         return [*out, "Not run.", ""]
     lines = source.read_text().splitlines()

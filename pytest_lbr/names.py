@@ -18,6 +18,7 @@ from typing import TypeVar
 
 __all__ = [
     "BackendName",
+    "CoverageFormat",
     "GoldenLevel",
     "LbrFilter",
     "Name",
@@ -25,6 +26,7 @@ __all__ = [
     "ScopeKind",
     "SplatMode",
     "choices",
+    "parse_coverage_report",
     "parse_name",
 ]
 
@@ -38,6 +40,14 @@ class BackendName(enum.StrEnum):
     AUTO = "auto"
     LBR = "lbr"
     GRAPH = "graph"
+
+
+class CoverageFormat(enum.StrEnum):
+    """The files `--lbr-cov-report=FORMAT:PATH` writes: `lcov` (an LCOV tracefile,
+    for genhtml and CI services) or `cobertura` (Cobertura XML)."""
+
+    LCOV = "lcov"
+    COBERTURA = "cobertura"
 
 
 class PmuName(enum.StrEnum):
@@ -101,6 +111,7 @@ _NOUNS: dict[type[enum.StrEnum], str] = {
     ScopeKind: "scope",
     GoldenLevel: "golden level",
     SplatMode: "kernel-splat mode",
+    CoverageFormat: "coverage report format",
 }
 
 #: Any of the vocabularies above (`parse_name` returns a member of the one it is given).
@@ -122,3 +133,12 @@ def choices(kind: type[enum.StrEnum]) -> tuple[str, ...]:
     """`kind`'s values as plain strings, in order: argparse `choices=` (whose error
     would show a member's repr)."""
     return tuple(member.value for member in kind)
+
+
+def parse_coverage_report(value: str) -> tuple[CoverageFormat, str]:
+    """`--lbr-cov-report`'s FORMAT:PATH as (format, path); else ValueError, one line."""
+    kind, sep, path = value.partition(":")
+    fmt = parse_name(CoverageFormat, kind)
+    if not sep or not path:
+        raise ValueError(f"{value!r} names no file; write {kind}:PATH")
+    return fmt, path

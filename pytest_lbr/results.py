@@ -26,6 +26,7 @@ __all__ = [
     "SCHEMA",
     "VERSION",
     "GUEST_FILE",
+    "CoverageRecord",
     "GoldenRecord",
     "GuestRecord",
     "Results",
@@ -197,6 +198,8 @@ class Results:
     tests: list[TestResult] = field(default_factory=list)
     #: Splats no test reported: they fail the run.
     splats: list[SplatRecord] = field(default_factory=list)
+    #: One per BPF program traced under --lbr-cov.
+    coverage: list[CoverageRecord] = field(default_factory=list)
 
     def count(self, outcome: Outcome) -> int:
         """How many tests ended with `outcome`."""
@@ -227,7 +230,24 @@ def _record(kind: str, data: Any) -> str:
     return json.dumps({"schema": SCHEMA, "version": VERSION, "type": kind, **asdict(data)})
 
 
+@dataclass
+class CoverageRecord:
+    """One BPF program's coverage over the session (`--lbr-cov`; docs/results.md)."""
+
+    program: str
+    source: str
+    tags: list[str] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)
+    runs: int = 0
+    cut_by_window: int = 0
+    #: [file, line, runs that showed it ran, "executed" | "proven" | ""].
+    lines: list[list[Any]] = field(default_factory=list)
+    #: [file, line, jump number on the line, runs it was taken, runs it fell through].
+    branches: list[list[Any]] = field(default_factory=list)
+
+
 _KINDS: dict[type, str] = {
+    CoverageRecord: "coverage",
     SessionRecord: "session",
     TestResult: "test",
     SplatRecord: "splat",
@@ -236,7 +256,7 @@ _KINDS: dict[type, str] = {
 
 
 def append_record(
-    path: Path, record: SessionRecord | TestResult | SplatRecord | GuestRecord
+    path: Path, record: SessionRecord | TestResult | SplatRecord | GuestRecord | CoverageRecord
 ) -> None:
     """Append one record as a line (created with its directory if missing)."""
     kind = _KINDS[type(record)]
@@ -279,6 +299,8 @@ def read_results(path: Path) -> Results:
                 results.splats.append(_make(SplatRecord, data))
             elif kind == "guest":
                 results.guest = _guest_record(data)
+            elif kind == "coverage":
+                results.coverage.append(_make(CoverageRecord, data))
             else:
                 raise ResultsError(f"{path}:{number}: unknown record type {kind!r}")
         except TypeError as exc:

@@ -22,7 +22,7 @@ from pytest_lbr.capture import Backend, Capture, CaptureError, Scope, resolve_ba
 from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
-from pytest_lbr.targets import parse_targets
+from pytest_lbr.targets import Target, parse_targets
 
 __all__ = [
     "Tracer",
@@ -79,6 +79,9 @@ class Tracer:
         self.traces: list[Trace] = []
         #: Set by the pytest plugin: compares a trace with the test's golden file.
         self.golden_checker: Callable[..., None] | None = None
+        #: Called with each finished trace and its parsed targets, while the traced
+        #: programs are still loaded (the pytest plugin's coverage reads them).
+        self.finished: list[Callable[[Trace, list[Target]], None]] = []
 
     # -- what the contract exposes --------------------------------------------
 
@@ -145,6 +148,8 @@ class Tracer:
             capture.close()
         finish(capture, done.hits, self._vmlinux, recorded_by=stopped)
         trace.complete_from(done)
+        for listener in self.finished:
+            listener(trace, parsed)
 
     def check_golden(self, trace: Trace, name: str | None = None, level: str = "function") -> None:
         """Compare `trace` with the test's golden trace (or write it under --lbr-golden-update)."""

@@ -261,6 +261,29 @@ def test_unknown_filter_on_the_command_line(pytester: pytest.Pytester) -> None:
         Tracer(filter="everything")
 
 
+def test_unknown_coverage_report_format(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--lbr-cov-report=xml:cov.xml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = the_line(result.stderr.str(), "--lbr-cov-report")
+    assert line.endswith(
+        "--lbr-cov-report / lbr_cov_report: unknown coverage report format 'xml'; "
+        "expected one of lcov, cobertura (FORMAT:PATH)"
+    )
+
+
+def test_a_coverage_report_that_cannot_be_written_is_said_not_raised(
+    pytester: pytest.Pytester,
+) -> None:
+    # A file where the report's directory should be (as a read-only tree would refuse it).
+    (pytester.path / "taken").write_text("")
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest("--lbr-cov-report=lcov:taken/cov.info")
+    assert result.ret == pytest.ExitCode.OK
+    line = the_line(result.stdout.str(), "coverage: cannot write")
+    assert "taken/cov.info" in line and "the runner writes it" in line
+    assert "lbr coverage: lcov" not in result.stdout.str()
+
+
 @pytest.fixture(scope="module")
 def small_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real ELF with a GNU build-id that is not the running kernel's."""

@@ -230,11 +230,11 @@ def test_render_report_verdicts(tmp_path: Path) -> None:
 def test_render_bisect_section(tmp_path: Path) -> None:
     record = tmp_path / "RESULTS-bisect.md"
     text = suite.render(tmp_path, tmp_path / "no-sym.md", record)
-    assert text.endswith("## 7. Kernel bisection (issue 16)\n\nNot run.\n")
+    assert text.endswith("## 8. Kernel bisection (issue 16)\n\nNot run.\n")
     record.write_text("# One session (today)\n\nIt named the commit.\n\n| what | wall time |\n")
     text = suite.render(tmp_path, tmp_path / "no-sym.md", record)
     assert text.endswith(
-        "## 7. Kernel bisection (issue 16)\n\n"
+        "## 8. Kernel bisection (issue 16)\n\n"
         "From bench/RESULTS-bisect.md (One session (today); not part of bench/run):\n\n"
         "It named the commit.\n\n| what | wall time |\n"
     )
@@ -249,3 +249,26 @@ def test_guest_benchmarks_skip_on_host() -> None:
         "throughput",
         "attach",
     }
+
+
+def test_render_coverage_section_and_target(tmp_path: Path) -> None:
+    record = tmp_path / "RESULTS-coverage.json"
+    text = suite.render(tmp_path, tmp_path / "no-sym.md", tmp_path / "no-bisect.md", record)
+    assert "## 7. Coverage cost (6.1 and 6.12 guests)\n\nNot run.\n" in text
+    run = {
+        "machine": {"date": "2026-11-28 07:00 UTC"},
+        "seconds": {"traced": [100.0], "coverage": [112.0], "spent": [11.2]},
+        "ratio": 1.12,
+        "added": 112.0 / 100.8,
+        "programs_in_table": 10,
+    }
+    record.write_text(json.dumps({"kernels": {"6.1": {**run, "added": 1.05}, "6.12": run}}))
+    text = suite.render(tmp_path, tmp_path / "no-sym.md", tmp_path / "no-bisect.md", record)
+    lines = {ln.split("|")[1].strip(): ln for ln in text.splitlines() if ln.startswith("| ")}
+    # Judged on coverage's own work, not on the run against run ratio.
+    met = "| <= 1.10x the traced suite | 1.050x (its own work; run against run 1.120x) | met |"
+    assert met in lines["--lbr-cov on the traced examples (6.1)"]
+    missed = "| 1.111x (its own work; run against run 1.120x) | missed | see section 7"
+    assert missed in lines["--lbr-cov on the traced examples (6.12)"]
+    row = "| 6.12 | 2026-11-28 07:00 UTC | 100.0 (1 run) | 112.0 (1 run) | 1.120x | 11.20 (1 run) "
+    assert row + "| 1.111x | 10 |" in text

@@ -24,6 +24,7 @@ from pytest_lbr.live import LiveTrace
 from pytest_lbr.model import Trace
 from pytest_lbr.names import (
     BackendName,
+    CoverageFormat,
     GoldenLevel,
     LbrFilter,
     PmuName,
@@ -61,6 +62,11 @@ VOCABULARIES: list[tuple[type[enum.StrEnum], tuple[str, ...], str]] = [
         "unknown golden level 'x'; expected one of function, symbol, line",
     ),
     (SplatMode, ("fail", "off"), "unknown kernel-splat mode 'x'; expected one of fail, off"),
+    (
+        CoverageFormat,
+        ("lcov", "cobertura"),
+        "unknown coverage report format 'x'; expected one of lcov, cobertura",
+    ),
 ]
 IDS = [kind.__name__ for kind, _, _ in VOCABULARIES]
 

@@ -4,6 +4,7 @@ row names its ini key, and choices the table spells out are the option's."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,6 +45,8 @@ class Row(NamedTuple):
 def registered() -> _Registered:
     parser = _Registered()
     plugin.pytest_addoption(parser)  # type: ignore[arg-type]
+    for name in plugin.pytest_plugins:  # the plugins it registers (--lbr-cov's)
+        importlib.import_module(name).pytest_addoption(parser)
     return parser
 
 

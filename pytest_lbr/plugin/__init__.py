@@ -2,9 +2,11 @@
 
 Each hook hands off to the `LbrSession` in `config.stash` (`session.py`), which keeps
 the golden bookkeeping (`golden.py`), the kernel-splat watch (`splats.py`) and the
-results file (`results_writer.py`); nothing heavy is imported here, so without `--lbr` the
-plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py, test_kmsg.py
-(splats), test_results.py, test_golden*.py, and in the guests by tests/kernel/.
+results file (`results_writer.py`); `--lbr-cov` is a pytest plugin of its own
+(`coverage.py`, listed in `pytest_plugins`). Nothing heavy is imported here, so without
+`--lbr` the plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py,
+test_kmsg.py (splats), test_results.py, test_golden*.py, test_coverage.py, and in the
+guests by tests/kernel/.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ if TYPE_CHECKING:  # for IDEs and type checkers: the fixtures' types, imported o
     from pytest_lbr.tracer import Tracer
 
 __all__ = ["bpf", "lbr", "lbr_golden", "veth"]
+
+# --lbr-cov is a plugin of its own (options, hooks), registered with this one.
+pytest_plugins = ["pytest_lbr.plugin.coverage"]
 
 _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     # (flag, argparse kwargs, ini type)

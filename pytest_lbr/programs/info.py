@@ -57,7 +57,8 @@ class ProgramDetails:
     """What `bpf_prog_info` says about one program.
 
     `functions` is one (JIT start, length) per function, main program first
-    (empty if not JITed); `func_types` their BTF type ids; `tags` their tags
+    (empty if not JITed); `func_types` their BTF type ids; `func_insns` their
+    first translated instructions; `tags` their tags
     (the main program's symbol uses `tag`, a subprogram's its own); `lines`
     the line records with, 1:1, the JIT address where each one's code starts.
     """
@@ -69,6 +70,8 @@ class ProgramDetails:
     btf_id: int
     functions: list[tuple[int, int]] = field(default_factory=list)
     func_types: list[int] = field(default_factory=list)
+    #: The first translated instruction of each function (func_info's insn_off).
+    func_insns: list[int] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     lines: list[tuple[bpf_line_info, int]] = field(default_factory=list)
 
@@ -112,7 +115,9 @@ def program_details(fd: int, *, lines: bool = False) -> ProgramDetails:
         ],
     )
     if nf:
-        out.func_types = [r.type_id for r in bufs["func_info"][: min(full.nr_func_info, nf)]]
+        records = bufs["func_info"][: min(full.nr_func_info, nf)]
+        out.func_types = [r.type_id for r in records]
+        out.func_insns = [r.insn_off for r in records]
     if "line_info" in bufs:
         n = min(full.nr_line_info, full.nr_jited_line_info, info.nr_line_info)
         n = min(n, info.nr_jited_line_info)

@@ -28,7 +28,15 @@ from ..model import Location, ProgramCalls
 from .helper_calls import tail_callers
 from .info import Btf, open_program, program_details, program_ids
 
-__all__ = ["BpfPrograms", "ProgramLines", "ProgramSpan", "jited_image", "read_program", "read_span"]
+__all__ = [
+    "BpfPrograms",
+    "ProgramLines",
+    "ProgramSpan",
+    "jited_image",
+    "read_program",
+    "read_span",
+    "source_path",
+]
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,8 @@ class ProgramLines:
         return Location(addr, fn.name, addr - fn.start, "bpf", file, line, program=self.calls)
 
 
-def _source_path(path: str) -> str:
-    """BTF keeps the path clang was given; show it relative to the cwd when inside it."""
+def source_path(path: str) -> str:
+    """A source file as a program's BTF names it, for people: BTF keeps the path clang was given; show it relative to the cwd when inside it."""
     return _relative_to(path, os.getcwd())
 
 
@@ -98,7 +106,7 @@ def read_program(fd: int) -> ProgramLines:
         lines: list[tuple[int, str | None, int]] = []
         for li, addr in d.lines:
             file = btf.string(li.file_name_off)
-            lines.append((addr, _source_path(file) if file else None, li.line_col >> 10))
+            lines.append((addr, source_path(file) if file else None, li.line_col >> 10))
     lines.sort()
     return ProgramLines(d.id, d.name, d.tag, funcs, lines)
 

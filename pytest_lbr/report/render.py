@@ -244,12 +244,15 @@ def write_html(report_dir: Path) -> Path | None:
     parts = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(parts_dir.glob("*.json"))]
     report_dir.mkdir(parents=True, exist_ok=True)
     path = report_dir / "index.html"
-    path.write_text(render_html(parts), encoding="utf-8")
+    from pytest_lbr.coverage.html import section
+
+    path.write_text(render_html(parts, section(report_dir)), encoding="utf-8")
     return path
 
 
-def render_html(parts: list[dict[str, Any]]) -> str:
-    """The whole page for the given test parts (see `write_test_files`)."""
+def render_html(parts: list[dict[str, Any]], coverage: str = "") -> str:
+    """The whole page for the given test parts (see `write_test_files`), then the
+    `coverage` section (`pytest_lbr.coverage.html`)."""
     parts = sorted(parts, key=lambda p: p["nodeid"])
     traced = sum(1 for p in parts if p["traces"])
     splats = sum(1 for p in parts if p.get("splats"))
@@ -258,6 +261,7 @@ def render_html(parts: list[dict[str, Any]]) -> str:
         heading += f", {splats} with a kernel splat"
     body = [f"<h1>{heading}</h1>", _index(parts)]
     body.extend(_section(i, p) for i, p in enumerate(parts))
+    body.append(coverage)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>pytest-lbr report</title><style>{_CSS}</style></head><body>"

@@ -15,8 +15,10 @@ command of one guest), `vm.env` (the environment a guest gets from the host),
 `vm.run` (running a guest, how it ended) and `vm.guest` (the side inside the
 guest, `python -m pytest_lbr.vm guest ...`, through `__main__.py`); `vm.messages` holds its
 lines and its error, `vm.root` a guest root file system of its own (`--arch arm64
---root`). Tested by tests/test_vm.py, test_vm_root.py, test_bisect.py (the runner's
-lines) and test_adoption.py (a third-party project through the wheel).
+--root`), `vm.coverage` the one `--lbr-cov-report` it writes on the host from the
+guests' coverage records. Tested by tests/test_vm.py, test_vm_root.py,
+test_vm_coverage.py, test_bisect.py (the runner's lines) and test_adoption.py (a
+third-party project through the wheel).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_lbr.guest_mode import Shard
+from pytest_lbr.vm.coverage import split_coverage_args
 from pytest_lbr.vm.env import GUEST_ENV_FILE, env_option, guest_environment
 from pytest_lbr.vm.guest import guest_cli, guest_main
 from pytest_lbr.vm.host import (
@@ -312,6 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.execute is not None and pytest_args:
         say("error: --exec runs a command instead of pytest: drop the pytest arguments after --")
         return 4
+    try:  # the guests cannot write the caller's paths: the reports are written here
+        pytest_args, coverage = split_coverage_args(pytest_args)
+    except ValueError as exc:
+        say(f"error: --lbr-cov-report: {exc} (FORMAT:PATH)")
+        return 4
     try:
         plans = _plans(args, pytest_args)
     except VmError as exc:
@@ -343,9 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     for r in results:
         say(r.line())
+    runs = {r.label: r.records for r in results}
+    if coverage.enabled:
+        for line in coverage.write(runs, Path.cwd()):
+            say(line)
     root = plans[0].results.parent
     if args.execute is None and root.is_dir():  # the results directory this run claimed
-        say(f"summary: {write_summary(root, results)}")
+        say(f"summary: {write_summary(root, results, coverage.summary(runs))}")
     status = worst_status([r.status for r in results])
     if args.bisect:
         status = bisect_status(status)

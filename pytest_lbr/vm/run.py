@@ -345,15 +345,18 @@ def write_guest_record(
     return record
 
 
-def write_summary(root: Path, guests: Sequence[GuestResult]) -> Path:
+def write_summary(root: Path, guests: Sequence[GuestResult], more: Sequence[str] = ()) -> Path:
     """Write `root/summary.md` from each guest's results (and the kernel splats the
-    runner found in its log); append it to $GITHUB_STEP_SUMMARY when that is set."""
+    runner found in its log), then the Markdown lines `more` (coverage); append it
+    to $GITHUB_STEP_SUMMARY when that is set."""
     runs: dict[str, Results | None] = {}
     for guest in guests:
         res = guest.records or Results()
         runner = [SplatRecord(s.key, s.summary) for s in guest.splats]
         runs[guest.label] = replace(res, splats=res.splats + runner, guest=guest.record)
     text = summary_markdown(runs)
+    if more:
+        text += "\n".join(more).rstrip() + "\n"
     path = root / SUMMARY_FILE
     path.write_text(text, encoding="utf-8")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")

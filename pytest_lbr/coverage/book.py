@@ -1,0 +1,230 @@
+"""Coverage of each program, summed over its runs, tests, shards and kernels.
+
+Pure. A program is known by its name and source file, never by its id or fd, so
+the same program loaded by many tests, in xdist workers, shards or kernels adds
+up to one `ProgramCoverage`; its results record (`to_record`) is what merges.
+A line's count is the number of runs that showed it ran; its `how` the best
+knowledge any run gave: "executed" (LBR records show it) over "proven" (the
+control flow proves it). A line no run showed is "not observed", never "not run".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_lbr.coverage.code import ProgramCode, SourceLine
+from pytest_lbr.coverage.evidence import BranchKey, RunEvidence, graph_run, lbr_run
+from pytest_lbr.model import Hit, Trace
+
+__all__ = ["EXECUTED", "PROVEN", "CoverageBook", "ProgramCoverage"]
+
+#: How a covered line is known: LBR records show it ran.
+EXECUTED = "executed"
+#: How a covered line is known: the program's control flow proves it ran.
+PROVEN = "proven"
+_RANK = {PROVEN: 1, EXECUTED: 2}
+
+
+@dataclass
+class ProgramCoverage:
+    """One program's source lines and what its runs showed of them."""
+
+    program: str
+    source: str
+    #: Every line with code in the program -> runs that showed it ran (0: not observed).
+    lines: dict[SourceLine, int] = field(default_factory=dict)
+    #: Covered line -> EXECUTED or PROVEN.
+    how: dict[SourceLine, str] = field(default_factory=dict)
+    #: Conditional jump -> [runs that took it, runs that fell through] (LBR only).
+    branches: dict[BranchKey, list[int]] = field(default_factory=dict)
+    runs: int = 0
+    #: Runs of the program whose LBR records do not reach back to its entry.
+    cut_by_window: int = 0
+    tags: set[str] = field(default_factory=set)
+    backends: set[str] = field(default_factory=set)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.program, self.source)
+
+    def add_code(self, code: ProgramCode) -> None:
+        """Know every line of `code` (a load of this program), covered or not."""
+        self.tags.add(code.tag)
+        for line in code.lines:
+            self.lines.setdefault(line, 0)
+        for line, n in _jump_keys(code):
+            self.branches.setdefault((line, n), [0, 0])
+
+    def add_run(self, ev: RunEvidence, *, backend: str, counted: bool) -> None:
+        """Add what one run showed; `counted`: the run is a hit of this program
+        (counted in `runs`, and in `cut_by_window` when its records miss its entry)."""
+        self.backends.add(backend)
+        if counted:
+            self.runs += 1
+            if not ev.entered:
+                self.cut_by_window += 1
+        for how, lines in ((EXECUTED, ev.executed), (PROVEN, ev.proven)):
+            for line in lines:
+                self.lines[line] = self.lines.get(line, 0) + 1
+                if _RANK[how] > _RANK.get(self.how.get(line, ""), 0):
+                    self.how[line] = how
+        for key, directions in ev.branches.items():
+            counts = self.branches.setdefault(key, [0, 0])
+            counts[0] += True in directions
+            counts[1] += False in directions
+
+    def merge(self, other: ProgramCoverage) -> None:
+        """Add another session's (or kernel's) coverage of the same program."""
+        for line, count in other.lines.items():
+            self.lines[line] = self.lines.get(line, 0) + count
+        for line, how in other.how.items():
+            if _RANK[how] > _RANK.get(self.how.get(line, ""), 0):
+                self.how[line] = how
+        for key, (t, f) in other.branches.items():
+            counts = self.branches.setdefault(key, [0, 0])
+            counts[0] += t
+            counts[1] += f
+        self.runs += other.runs
+        self.cut_by_window += other.cut_by_window
+        self.tags |= other.tags
+        self.backends |= other.backends
+
+    def files(self) -> list[str]:
+        """Its source files, the main one first."""
+        rest = sorted({f for f, _ in self.lines} - {self.source})
+        return [self.source, *rest] if self.source else rest
+
+    def file_lines(self, file: str) -> dict[int, int]:
+        """Line -> count, of one file."""
+        return {ln: c for (f, ln), c in sorted(self.lines.items()) if f == file}
+
+    def to_record(self) -> dict[str, Any]:
+        """The results file's `coverage` record (docs/results.md)."""
+        return {
+            "program": self.program,
+            "source": self.source,
+            "tags": sorted(self.tags),
+            "backends": sorted(self.backends),
+            "runs": self.runs,
+            "cut_by_window": self.cut_by_window,
+            "lines": [
+                [f, ln, count, self.how.get((f, ln), "")]
+                for (f, ln), count in sorted(self.lines.items())
+            ],
+            "branches": [
+                [f, ln, n, t, nt] for ((f, ln), n), (t, nt) in sorted(self.branches.items())
+            ],
+        }
+
+    @classmethod
+    def from_record(cls, data: dict[str, Any]) -> ProgramCoverage:
+        """The inverse of `to_record`."""
+        out = cls(str(data["program"]), str(data["source"]))
+        out.tags = set(data.get("tags", ()))
+        out.backends = set(data.get("backends", ()))
+        out.runs = int(data.get("runs", 0))
+        out.cut_by_window = int(data.get("cut_by_window", 0))
+        for f, ln, count, how in data.get("lines", ()):
+            out.lines[(f, ln)] = count
+            if how:
+                out.how[(f, ln)] = how
+        for f, ln, n, t, nt in data.get("branches", ()):
+            out.branches[((f, ln), n)] = [t, nt]
+        return out
+
+
+def _jump_keys(code: ProgramCode) -> Iterable[BranchKey]:
+    seen: dict[SourceLine, int] = {}
+    for addr, _ in code.jumps:
+        k = code.record_at(addr)
+        line = code.line_of(k) if k is not None else None
+        if line is not None:
+            seen[line] = seen.get(line, -1) + 1
+            yield (line, seen[line])
+
+
+class CoverageBook:
+    """Every program's coverage in a session (or merged from several)."""
+
+    def __init__(self) -> None:
+        self.programs: dict[tuple[str, str], ProgramCoverage] = {}
+
+    def program(self, code: ProgramCode) -> ProgramCoverage:
+        """The coverage of `code`'s program, knowing all of its lines."""
+        cov = self.programs.get((code.name, code.source))
+        if cov is None:
+            cov = self.programs[(code.name, code.source)] = ProgramCoverage(code.name, code.source)
+        cov.add_code(code)
+        return cov
+
+    def merge(self, cov: ProgramCoverage) -> None:
+        """Add a program's coverage from elsewhere (a worker, a shard, a kernel)."""
+        mine = self.programs.get(cov.key)
+        if mine is None:
+            self.programs[cov.key] = ProgramCoverage.from_record(cov.to_record())
+        else:
+            mine.merge(cov)
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> CoverageBook:
+        """The coverage of several sessions' `coverage` records (results files of
+        kernels, shards) summed, program by program."""
+        book = cls()
+        for record in records:
+            book.merge(ProgramCoverage.from_record(dict(record)))
+        return book
+
+    def sorted(self) -> list[ProgramCoverage]:
+        """By source file, then program."""
+        return [self.programs[k] for k in sorted(self.programs, key=lambda k: (k[1], k[0]))]
+
+    def add_trace(
+        self,
+        trace: Trace,
+        codes: Mapping[int, ProgramCode],
+        targets: Mapping[str, int],
+        *,
+        every_branch: bool = True,
+    ) -> None:
+        """Add what `trace` shows of the programs in `codes` (by program id; read while
+        they were loaded): each target program (`targets`: target spec -> program id)
+        and each program whose code the records went through. `every_branch`: the
+        LBR records hold every taken branch (no LBR filter)."""
+        for pid in set(targets.values()):
+            if pid in codes:
+                self.program(codes[pid])
+        branches = trace.backend == "lbr" and not trace.no_branches
+        for hit in trace.hits:
+            own = targets.get(hit.target)
+            for pid in _programs_in(hit) | ({own} if own is not None else set()):
+                code = codes.get(pid)
+                if code is None:
+                    continue
+                entered = pid == own
+                if branches:
+                    ev = lbr_run(code, hit.branches, entered=entered, every_branch=every_branch)
+                else:
+                    ev = graph_run(code, _call_returns(hit, code), entered)
+                self.program(code).add_run(ev, backend=trace.backend, counted=entered)
+
+
+def _programs_in(hit: Hit) -> set[int]:
+    """The ids of the programs whose code the hit's records name."""
+    out = set()
+    for b in hit.branches:
+        for loc in (b.src, b.dst):
+            if loc.program is not None:
+                out.add(loc.program.prog_id)
+    return out
+
+
+def _call_returns(hit: Hit, code: ProgramCode) -> list[int]:
+    """Where the function tracer saw `code` call out (the return address), recorded
+    and implied calls alike."""
+    return [
+        b.src.addr
+        for b in hit.branches
+        if b.kind in ("call", "implied") and code.function_at(b.src.addr) is not None
+    ]

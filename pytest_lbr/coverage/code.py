@@ -1,0 +1,165 @@
+"""A loaded program's code as coverage needs it: instructions, functions, line records.
+
+Pure data (`read_code` in `coverage.program` fills it from the kernel; tests build
+it from what a guest saved). The line records come from `bpf_prog_info`'s
+line_info (translated instruction -> file:line) and, one for one, jited_line_info
+(the JIT address where that record's code starts): so a JIT address falls in one
+record, whose instructions and line it names.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pytest_lbr.coverage.cfg import ControlFlow, control_flow
+
+__all__ = ["Function", "LineRecord", "ProgramCode", "SourceLine"]
+
+#: A line of C source: (file, line number).
+SourceLine = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function of a program: its name, first translated instruction, JIT range."""
+
+    name: str
+    insn: int
+    jit_start: int
+    jit_end: int
+
+
+@dataclass(frozen=True, order=True)
+class LineRecord:
+    """Translated instructions from `insn` on are line `line` of `file`; their JIT
+    code starts at `jit`. Line 0: code the compiler gave no line."""
+
+    insn: int
+    jit: int
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ProgramCode:
+    """What coverage reads of one loaded program (see the module docstring)."""
+
+    name: str
+    tag: str
+    xlated: bytes
+    #: Main program first, in instruction order.
+    functions: tuple[Function, ...]
+    #: Sorted by instruction.
+    records: tuple[LineRecord, ...]
+    #: (address, target) of each conditional jump of the JIT image, in address order
+    #: (empty where the image could not be read or disassembled).
+    jumps: tuple[tuple[int, int], ...] = ()
+
+    @functools.cached_property
+    def flow(self) -> ControlFlow:
+        """The control flow of its translated instructions."""
+        return control_flow(self.xlated, [f.insn for f in self.functions])
+
+    @functools.cached_property
+    def source(self) -> str:
+        """The source file of the main program (its first record that names a line)."""
+        for r in self.records:
+            if r.line:
+                return r.file
+        return ""
+
+    @functools.cached_property
+    def lines(self) -> frozenset[SourceLine]:
+        """Every source line that has code in this program."""
+        return frozenset((r.file, r.line) for r in self.records if r.line)
+
+    @functools.cached_property
+    def _by_jit(self) -> list[tuple[int, int]]:
+        """(JIT address, record index), sorted by address."""
+        return sorted((r.jit, k) for k, r in enumerate(self.records))
+
+    def function_at(self, addr: int) -> int | None:
+        """The index of the function whose JIT code holds `addr`, or None."""
+        for f, fn in enumerate(self.functions):
+            if fn.jit_start <= addr < fn.jit_end:
+                return f
+        return None
+
+    def record_at(self, addr: int) -> int | None:
+        """The index of the line record whose JIT code holds `addr` (None: not in
+        this program)."""
+        f = self.function_at(addr)
+        if f is None:
+            return None
+        keys = self._by_jit
+        i = bisect.bisect_right(keys, (addr, len(self.records))) - 1
+        if i < 0 or keys[i][0] < self.functions[f].jit_start:
+            return None
+        return keys[i][1]
+
+    def records_between(self, start: int, end: int) -> Iterator[int]:
+        """The records whose JIT code overlaps [start, end] (one function's addresses)."""
+        first = self.record_at(start)
+        if first is None:
+            return
+        keys = self._by_jit
+        i = bisect.bisect_left(keys, (self.records[first].jit, first))
+        while i < len(keys) and keys[i][0] <= end:
+            yield keys[i][1]
+            i += 1
+
+    def record_insns(self, k: int) -> range:
+        """The translated instructions of record `k`."""
+        start = self.records[k].insn
+        nxt = self.records[k + 1].insn if k + 1 < len(self.records) else len(self.flow.insns)
+        ends = [f.insn for f in self.functions if f.insn > start]
+        return range(start, min([nxt, *ends]))
+
+    def line_of(self, k: int) -> SourceLine | None:
+        """The source line of record `k` (None for line 0)."""
+        r = self.records[k]
+        return (r.file, r.line) if r.line else None
+
+    @functools.cached_property
+    def _insn_lines(self) -> list[SourceLine | None]:
+        out: list[SourceLine | None] = [None] * len(self.flow.insns)
+        for k in range(len(self.records)):
+            line = self.line_of(k)
+            for i in self.record_insns(k):
+                out[i] = line
+        return out
+
+    def block_lines(self, block: int) -> set[SourceLine]:
+        """The source lines of a block's instructions."""
+        blk = self.flow.blocks[block]
+        lines = self._insn_lines
+        return {ln for i in range(blk.start, blk.end) if (ln := lines[i]) is not None}
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-able form (test data saved from a guest)."""
+        return {
+            "name": self.name,
+            "tag": self.tag,
+            "xlated": self.xlated.hex(),
+            "functions": [[f.name, f.insn, f.jit_start, f.jit_end] for f in self.functions],
+            "records": [[r.insn, r.jit, r.file, r.line] for r in self.records],
+            "jumps": [list(j) for j in self.jumps],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> ProgramCode:
+        """The inverse of `to_json`."""
+        funcs: list[list[object]] = data["functions"]  # type: ignore[assignment]
+        records: list[list[object]] = data["records"]  # type: ignore[assignment]
+        jumps: list[list[int]] = data.get("jumps", [])  # type: ignore[assignment]
+        return cls(
+            str(data["name"]),
+            str(data["tag"]),
+            bytes.fromhex(str(data["xlated"])),
+            tuple(Function(str(n), int(i), int(s), int(e)) for n, i, s, e in funcs),  # type: ignore[call-overload]
+            tuple(LineRecord(int(i), int(j), str(f), int(ln)) for i, j, f, ln in records),  # type: ignore[call-overload]
+            tuple((a, t) for a, t in jumps),
+        )

@@ -1,0 +1,85 @@
+"""Coverage of the programs a session traces: each finished trace read into a
+`CoverageBook` while its programs are still loaded. Usable without pytest:
+
+    collector = CoverageCollector()
+    with tracer.trace(prog) as trace:
+        prog.run(data=packet)
+    collector.add(trace)
+    print("\\n".join(term_missing(collector.book.sorted())))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from pytest_lbr.coverage.book import CoverageBook
+from pytest_lbr.coverage.code import ProgramCode
+from pytest_lbr.model import Trace
+
+__all__ = ["CoverageCollector"]
+
+
+class CoverageCollector:
+    """Reads each traced program's code once (by program id) and adds every trace's
+    runs to `book`. `every_branch`: LBR records hold every taken branch (no
+    `--lbr-filter`). A program that cannot be read is named in `problems`."""
+
+    def __init__(self, *, every_branch: bool = True, arch: str | None = None) -> None:
+        self.book = CoverageBook()
+        self.every_branch = every_branch
+        self.arch = arch or os.uname().machine
+        self.problems: list[str] = []
+        self._codes: dict[int, ProgramCode | None] = {}
+
+    def add(self, trace: Trace, targets: Iterable[Any] | None = None) -> None:
+        """Add `trace` (finished; its programs still loaded). `targets`: what was
+        traced, as given to `lbr.trace` (default: the trace's own target specs)."""
+        found = self._target_programs(targets if targets is not None else trace.targets)
+        ids = set(found.values())
+        for hit in trace.hits:
+            for b in hit.branches:
+                for loc in (b.src, b.dst):
+                    if loc.program is not None:
+                        ids.add(loc.program.prog_id)
+        codes = {pid: code for pid in ids if (code := self._code(pid)) is not None}
+        self.book.add_trace(trace, codes, found, every_branch=self.every_branch)
+
+    def _target_programs(self, targets: Iterable[Any]) -> dict[str, int]:
+        """Target spec -> program id, for the targets that are programs."""
+        from pytest_lbr.programs.find import resolve_program
+        from pytest_lbr.targets import TargetError, parse_target
+
+        out: dict[str, int] = {}
+        for t in targets:
+            try:
+                target = parse_target(t)
+                if target.kind != "prog":
+                    continue
+                with resolve_program(target) as ref:
+                    out[target.spec] = ref.id
+            except TargetError as exc:
+                self._problem(f"coverage: {exc}")
+        return out
+
+    def _code(self, prog_id: int) -> ProgramCode | None:
+        if prog_id not in self._codes:
+            from pytest_lbr.bpf.libbpf import BpfError
+            from pytest_lbr.coverage.program import read_code
+            from pytest_lbr.programs.info import open_program
+
+            try:
+                fd = open_program(prog_id)
+                try:
+                    self._codes[prog_id] = read_code(fd, self.arch)
+                finally:
+                    os.close(fd)
+            except (BpfError, OSError) as exc:
+                self._codes[prog_id] = None
+                self._problem(f"coverage: cannot read BPF program {prog_id}: {exc}")
+        return self._codes[prog_id]
+
+    def _problem(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)

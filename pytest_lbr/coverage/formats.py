@@ -1,0 +1,212 @@
+"""Coverage as people and CI services read it: pytest-cov's term-missing table, LCOV,
+Cobertura XML. Pure: each function takes the programs' coverage and returns text."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+
+from pytest_lbr.coverage.book import EXECUTED, PROVEN, ProgramCoverage
+
+__all__ = ["cobertura", "lcov", "line_ranges", "markdown", "term_missing"]
+
+
+def line_ranges(missing: Sequence[int], lines: Sequence[int]) -> str:
+    """Missing lines as ranges, as coverage.py writes them: a range runs on over
+    lines without code ("43-46" when 45 has none)."""
+    out: list[str] = []
+    want = set(missing)
+    start = prev = None
+    for ln in sorted(lines):
+        if ln in want:
+            if start is None:
+                start = ln
+            prev = ln
+        elif start is not None:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+    if start is not None:
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+    return ", ".join(out)
+
+
+def _percent(covered: int, total: int) -> str:
+    return f"{100 * covered // total if total else 100}%"
+
+
+def _rows(programs: Sequence[ProgramCoverage]) -> tuple[list[tuple[str, ...]], int, int]:
+    """One row per program and source file (program, file, lines, covered, percent,
+    not observed), and the covered lines known executed and proven."""
+    rows: list[tuple[str, ...]] = []
+    executed = proven = 0
+    for cov in programs:
+        for file in cov.files():
+            lines = cov.file_lines(file)
+            covered = [ln for ln, c in lines.items() if c]
+            missing = [ln for ln, c in lines.items() if not c]
+            name = cov.program if file == cov.source else f"  {cov.program}"
+            rows.append(
+                (
+                    name,
+                    file,
+                    str(len(lines)),
+                    str(len(covered)),
+                    _percent(len(covered), len(lines)),
+                    line_ranges(missing, list(lines)),
+                )
+            )
+            executed += sum(1 for ln in covered if cov.how.get((file, ln)) == EXECUTED)
+            proven += sum(1 for ln in covered if cov.how.get((file, ln)) == PROVEN)
+    return rows, executed, proven
+
+
+def _notes(programs: Sequence[ProgramCoverage], executed: int, proven: int) -> list[str]:
+    out = [
+        f"covered lines: {executed} executed (LBR records show them), {proven} proven "
+        "(the control flow proves them); the rest were not observed"
+    ]
+    for cov in programs:
+        if cov.cut_by_window:
+            out.append(
+                f"{cov.program}: {cov.cut_by_window} of {cov.runs} runs were cut by the LBR "
+                "window: only what their records show is counted"
+            )
+    return out
+
+
+_HEADER = ("Program", "Source", "Lines", "Covered", "Cover", "Not observed")
+
+
+def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
+    """One line per program and source file: program, file, lines, covered, percent,
+    and the lines not observed; then what the labels mean and the LBR window's cuts."""
+    body, executed, proven = _rows(programs)
+    rows = [_HEADER, *body]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    out = []
+    for r in rows:
+        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
+        cells += [r[i].rjust(widths[i]) for i in (2, 3, 4)]
+        out.append("  ".join([*cells, r[5]]).rstrip())
+    out.insert(1, "-" * max(len(line) for line in out))
+    return out + _notes(programs, executed, proven)
+
+
+def markdown(programs: Sequence[ProgramCoverage]) -> list[str]:
+    """The term-missing table as Markdown (a CI summary's), then the same notes."""
+    body, executed, proven = _rows(programs)
+    out = ["| " + " | ".join(_HEADER) + " |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for name, file, *rest in body:
+        cells = [f"`{name.strip()}`", f"`{file}`", *rest]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, "", *_notes(programs, executed, proven)]
+
+
+def _by_file(programs: Sequence[ProgramCoverage]) -> dict[str, list[ProgramCoverage]]:
+    files: dict[str, list[ProgramCoverage]] = {}
+    for cov in programs:
+        for file in cov.files():
+            files.setdefault(file, []).append(cov)
+    return dict(sorted(files.items()))
+
+
+def lcov(programs: Sequence[ProgramCoverage], cwd: str | None = None, test: str = "") -> str:
+    """LCOV tracefile text: one record per source file (programs sharing a file are
+    summed), paths made absolute against `cwd` so genhtml finds the sources. `test`:
+    the test name of its records (LCOV's `TN:`, letters, digits and `_`; `pytest-lbr
+    vm` names one per kernel, and genhtml and `lcov -a` sum them)."""
+    base = cwd or os.getcwd()
+    out = ["TN:" + re.sub(r"\W", "_", test)]
+    for file, covs in _by_file(programs).items():
+        out.append(f"SF:{os.path.join(base, file)}")
+        for cov in covs:
+            if file == cov.source and cov.file_lines(file):
+                first = min(cov.file_lines(file))
+                out.append(f"FN:{first},{cov.program}")
+                out.append(f"FNDA:{cov.runs},{cov.program}")
+        mains = [c for c in covs if c.source == file]
+        out.append(f"FNF:{len(mains)}")
+        out.append(f"FNH:{sum(1 for c in mains if c.runs)}")
+        counts: dict[int, int] = {}
+        for cov in covs:
+            for ln, c in cov.file_lines(file).items():
+                counts[ln] = counts.get(ln, 0) + c
+        branches = 0
+        hit = 0
+        for i, cov in enumerate(covs):  # a block per jump: the program's index, then its own
+            for ((f, ln), n), (taken, fell) in sorted(cov.branches.items()):
+                if f != file:
+                    continue
+                for br, count in ((0, taken), (1, fell)):
+                    seen = "-" if not counts.get(ln) else str(count)
+                    out.append(f"BRDA:{ln},{i * 1000 + n},{br},{seen}")
+                    branches += 1
+                    hit += count > 0
+        out.append(f"BRF:{branches}")
+        out.append(f"BRH:{hit}")
+        for ln, c in sorted(counts.items()):
+            out.append(f"DA:{ln},{c}")
+        out.append(f"LF:{len(counts)}")
+        out.append(f"LH:{sum(1 for c in counts.values() if c)}")
+        out.append("end_of_record")
+    return "\n".join(out) + "\n"
+
+
+def _rate(covered: int, total: int) -> str:
+    return f"{covered / total if total else 1:.4f}"
+
+
+def cobertura(programs: Sequence[ProgramCoverage], cwd: str | None = None) -> str:
+    """Cobertura XML: a package per source file, a class per program in it."""
+    valid = sum(len(c.lines) for c in programs)
+    covered = sum(1 for c in programs for n in c.lines.values() if n)
+    bvalid = sum(2 * len(c.branches) for c in programs)
+    bcovered = sum((t > 0) + (f > 0) for c in programs for t, f in c.branches.values())
+    root = ET.Element(
+        "coverage",
+        {
+            "line-rate": _rate(covered, valid),
+            "branch-rate": _rate(bcovered, bvalid),
+            "lines-covered": str(covered),
+            "lines-valid": str(valid),
+            "branches-covered": str(bcovered),
+            "branches-valid": str(bvalid),
+            "complexity": "0",
+            "version": "pytest-lbr",
+            "timestamp": str(int(time.time() * 1000)),
+        },
+    )
+    ET.SubElement(ET.SubElement(root, "sources"), "source").text = cwd or os.getcwd()
+    packages = ET.SubElement(root, "packages")
+    for file, covs in _by_file(programs).items():
+        lines_of = [c.file_lines(file) for c in covs]
+        n = sum(len(x) for x in lines_of)
+        hit = sum(1 for x in lines_of for c in x.values() if c)
+        pkg = ET.SubElement(
+            packages,
+            "package",
+            {"name": file, "line-rate": _rate(hit, n), "branch-rate": "0", "complexity": "0"},
+        )
+        classes = ET.SubElement(pkg, "classes")
+        for cov, lines in zip(covs, lines_of, strict=True):
+            done = sum(1 for c in lines.values() if c)
+            cls = ET.SubElement(
+                classes,
+                "class",
+                {
+                    "name": cov.program,
+                    "filename": file,
+                    "line-rate": _rate(done, len(lines)),
+                    "branch-rate": "0",
+                    "complexity": "0",
+                },
+            )
+            ET.SubElement(cls, "methods")
+            xml_lines = ET.SubElement(cls, "lines")
+            for ln, c in lines.items():
+                ET.SubElement(xml_lines, "line", {"number": str(ln), "hits": str(c)})
+    ET.indent(root)
+    return '<?xml version="1.0" ?>\n' + ET.tostring(root, encoding="unicode") + "\n"
