@@ -15,7 +15,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from pytest_lbr.bpf.libbpf import lib
-from pytest_lbr.capture.hooks import hook_set as hooks
+from pytest_lbr.capture.hooks import loader as hooks
 from pytest_lbr.capture.hooks.tracer_object import tracer_object
 from pytest_lbr.kernel.kernel_btf import TracerOffsets, member_offset, tracer_offsets
 
