@@ -522,6 +522,7 @@ def _coverage_section(data: dict[str, Any] | None) -> list[str]:
             rows,
         ),
         "",
+        *([data["note"], ""] if data.get("note") else []),
     ]
 
 
