@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BCC_MISSING", "UserError", "bcc_import_failed", "one_line"]
+__all__ = ["BCC_MISSING", "CaptureError", "UserError", "bcc_import_failed", "one_line"]
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -26,6 +26,10 @@ BCC_MISSING = (
 
 class UserError(Exception):
     """A mistake in what the test asked for; the message is one actionable line."""
+
+
+class CaptureError(UserError, RuntimeError):
+    """Tracing could not be armed or collected; the message says why in one line."""
 
 
 def bcc_import_failed(text: str) -> bool:

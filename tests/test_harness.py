@@ -383,3 +383,13 @@ def test_an_xdp_link_fd_is_its_bpf_link(loader):
     with VethPair.create() as pair, prog.attach_xdp(pair.host.name, mode="generic") as link:
         info = link_info(link.fd)
         assert (info.id, info.prog_id) == (link.id, prog.id)
+
+
+def test_the_bpf_package_re_exports_exactly_the_harness_names() -> None:
+    # pytest_lbr.bpf names them lazily (its own list): the two lists must agree.
+    import pytest_lbr.bpf
+    from pytest_lbr.bpf import harness
+
+    assert set(pytest_lbr.bpf.__all__) == {*harness.__all__, "VethPair"}
+    for name in pytest_lbr.bpf.__all__:
+        assert getattr(pytest_lbr.bpf, name) is not None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -261,6 +262,8 @@ CLI_CHOICES = {"--backend": BackendName, "--pmu": PmuName, "--filter": LbrFilter
 def test_the_plugins_option_choices_come_from_the_vocabularies() -> None:
     parser = _Recorder()
     plugin.pytest_addoption(parser)  # type: ignore[arg-type]
+    for name in plugin.pytest_plugins:  # the plugins it registers (golden, splats...)
+        importlib.import_module(name).pytest_addoption(parser)
     with_choices = {flag for flag, kw in parser.options.items() if "choices" in kw}
     assert with_choices == set(PLUGIN_CHOICES)
     for flag, kind in PLUGIN_CHOICES.items():

@@ -96,9 +96,12 @@ def test_help_lists_the_option_group(pytester: pytest.Pytester) -> None:
             "*--lbr-backend={auto,lbr,graph}*",
             "*--lbr-require*",
             "*--lbr-filter=*",
-            "*--lbr-golden-update*",
             "*--lbr-vmlinux=PATH*",
             "*--lbr-report=DIR*",
+            "*--lbr-golden-update*",
+            "*--lbr-kernel-splats={fail,off}*",
+            "*--lbr-results=FILE*",
+            "*--lbr-cov *",
             "*lbr_backend (string)*",
         ]
     )
@@ -149,11 +152,13 @@ def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:
     )
     pytester.makepyfile(
         """
+        from pytest_lbr.plugin.golden import golden_book
         from pytest_lbr.plugin.session import SESSION_KEY
 
         def test_opts(request):
             s = request.config.stash[SESSION_KEY]
-            assert (s.enabled, s.backend, s.golden_update, s.require) == (True, "graph", True, False)
+            update = golden_book(request.config).update
+            assert (s.enabled, s.backend, update, s.require) == (True, "graph", True, False)
             assert (s.backend, s.pmu, s.filter, s.scope) == ("graph", "software", "call", "system")
             assert type(s.backend).__name__ == "BackendName" and type(s.scope).__name__ == "ScopeKind"
         """

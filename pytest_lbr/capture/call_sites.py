@@ -34,6 +34,8 @@ _MAX_FUNCTION = 1 << 16
 #: SKL return thunk") (in v6.2)) makes direct calls go to the 16 bytes of padding
 #: before a function: such a call still calls it.
 _PADDING = 16
+#: Programs' extents kept (`CallSites.learn`): the newest; a session loads many.
+_MAX_LEARNED = 4096
 
 
 class CallSites:
@@ -60,7 +62,10 @@ class CallSites:
         """A function whose name and extent the caller knows from elsewhere (a BPF
         program's own info): asked about, it is not looked up in kallsyms, which
         lists a program loaded since the last read only after reading it all again."""
+        self._learned.pop(start, None)  # re-learned: now the newest
         self._learned[start] = (name, size)
+        if len(self._learned) > _MAX_LEARNED:  # a long session's programs: forget the oldest
+            del self._learned[next(iter(self._learned))]
 
     def __call__(
         self, caller: str | None, caller_start: int, callee_addr: int, after: int = 0

@@ -1,10 +1,11 @@
-"""pytest glue: options, the `lbr` marker, fixtures and hooks.
+"""pytest glue: the tracing options, the `lbr` marker, fixtures and hooks.
 
-Each hook hands off to the `LbrSession` in `config.stash` (`session.py`), which keeps
-the golden bookkeeping (`golden.py`), the kernel-splat watch (`splats.py`) and the
-results file (`results_writer.py`); `--lbr-cov` is a pytest plugin of its own
-(`coverage.py`, listed in `pytest_plugins`). Nothing heavy is imported here, so without
-`--lbr` the plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py,
+Each hook hands off to the `LbrSession` in `config.stash` (`session.py`). Golden traces
+(`golden.py`), the kernel-splat watch (`splats.py`), the results file
+(`results_writer.py`) and coverage (`coverage.py`) are pytest plugins of their own, with
+their own options and hooks, listed in `pytest_plugins`; what they share per test and
+per session is in `shared.py`. Nothing heavy is imported here, so without `--lbr` the
+plugin costs nothing. Tested by tests/test_plugin.py, test_guest_mode.py,
 test_kmsg.py (splats), test_results.py, test_golden*.py, test_coverage.py, and in the
 guests by tests/kernel/.
 """
@@ -18,8 +19,9 @@ import pytest
 
 from pytest_lbr import guest_mode
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
-from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, SplatMode, choices
-from pytest_lbr.plugin.session import ALLOW_SPLAT_MARKER, SESSION_KEY, LbrSession
+from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, choices
+from pytest_lbr.plugin.session import SESSION_KEY, LbrSession
+from pytest_lbr.plugin.shared import option_group
 
 if TYPE_CHECKING:  # for IDEs and type checkers: the fixtures' types, imported on use
     from pytest_lbr.bpf import BpfLoader, VethPair
@@ -27,8 +29,13 @@ if TYPE_CHECKING:  # for IDEs and type checkers: the fixtures' types, imported o
 
 __all__ = ["bpf", "lbr", "lbr_golden", "veth"]
 
-# --lbr-cov is a plugin of its own (options, hooks), registered with this one.
-pytest_plugins = ["pytest_lbr.plugin.coverage"]
+# Plugins of their own (options, hooks), registered with this one.
+pytest_plugins = [
+    "pytest_lbr.plugin.golden",
+    "pytest_lbr.plugin.splats",
+    "pytest_lbr.plugin.results_writer",
+    "pytest_lbr.plugin.coverage",
+]
 
 _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
     # (flag, argparse kwargs, ini type)
@@ -70,19 +77,6 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         "string",
     ),
     (
-        "--lbr-golden-update",
-        {"action": "store_true", "help": "write/refresh golden traces instead of comparing"},
-        "bool",
-    ),
-    (
-        "--lbr-golden-prune",
-        {
-            "action": "store_true",
-            "help": "delete golden traces no test used (modules whose tests all ran and passed)",
-        },
-        "bool",
-    ),
-    (
         "--lbr-vmlinux",
         {"metavar": "PATH", "help": "debug vmlinux for file:line (default: auto-discovered)"},
         "string",
@@ -95,30 +89,11 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         },
         "string",
     ),
-    (
-        "--lbr-results",
-        {
-            "metavar": "FILE",
-            "help": "write one JSON record per test to FILE (JSON Lines, docs/results.md; "
-            "written by default inside pytest-lbr vm guests)",
-        },
-        "string",
-    ),
-    (
-        "--lbr-kernel-splats",
-        {
-            "choices": choices(SplatMode),
-            "help": "fail: a kernel splat (WARNING:, BUG:, Oops, KASAN, RCU stall...) in the "
-            "kernel log fails the test it happened in, or the run (default: fail inside "
-            "pytest-lbr vm guests, off elsewhere)",
-        },
-        "string",
-    ),
 ]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("lbr", "LBR branch tracing (pytest-lbr)")
+    group = option_group(parser)
     for flag, kwargs, ini_type in _OPTIONS:
         dest = flag.lstrip("-").replace("-", "_")
         group.addoption(flag, dest=dest, default=None, **kwargs)
@@ -147,14 +122,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(lbr.trace(scope=...) and @pytest.mark.lbr(scope=...) choose per trace)",
         default=ScopeKind.PROCESS.value,
     )
-    parser.addini(
-        "lbr_golden_exclude", "extra functions (globs) left out of golden traces", type="linelist"
-    )
-    parser.addini(
-        "lbr_golden_keep",
-        "functions (globs) kept in golden traces despite the default exclusions",
-        type="linelist",
-    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -166,8 +133,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", guest_mode.KERNEL_MARKER)
     config.addinivalue_line("markers", guest_mode.ALLOW_SKIP_MARKER)
-    config.addinivalue_line("markers", ALLOW_SPLAT_MARKER)
-    # Its pytest_runtest_logreport sees every test's reports, on the xdist controller too.
     session = config.stash[SESSION_KEY] = LbrSession(config)
     if session.enabled and not session.is_worker:
         _check_install()
@@ -194,15 +159,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _session(config).add_marker_fixture(items)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    return _session(config).header_lines()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> None:
-    _session(item.config).splats_between_tests()
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     with _session(item.config).marked_body(item):
@@ -214,7 +170,6 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    _session(item.config).check_kernel_log(item, report)
     _session(item.config).on_report(item, call, report)
     if call.excinfo is not None and report.failed and not isinstance(report.longrepr, str):
         report.longrepr = one_line(call.excinfo, item.path) or report.longrepr
@@ -243,11 +198,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def pytest_unconfigure(config: pytest.Config) -> None:
     if SESSION_KEY in config.stash:  # not if pytest_configure failed before creating it
         _session(config).unconfigure()
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    _session(node.config).worker_done(node)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_lbr.names import CoverageFormat, choices, parse_coverage_report
+from pytest_lbr.plugin.shared import is_worker, option, option_group
 
 if TYPE_CHECKING:
     from pytest_lbr.coverage.collect import CoverageCollector
@@ -29,7 +30,7 @@ _WORKER_KEY = "lbr_coverage"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("lbr", "LBR branch tracing (pytest-lbr)")
+    group = option_group(parser)
     group.addoption(
         "--lbr-cov",
         dest="lbr_cov",
@@ -70,7 +71,7 @@ class CoverageSession:
         self.reports = [parse_report(r) for r in reports]
         # A report asked for is coverage asked for.
         self.enabled = bool(config.getoption("lbr_cov") or config.getini("lbr_cov") or reports)
-        self.is_worker = hasattr(config, "workerinput")
+        self.is_worker = is_worker(config)
         self._collector: CoverageCollector | None = None
 
     @property
@@ -78,7 +79,7 @@ class CoverageSession:
         if self._collector is None:
             from pytest_lbr.coverage.collect import CoverageCollector
 
-            lbr_filter = _option(self.config, "lbr_filter") or None
+            lbr_filter = option(self.config, "lbr_filter") or None
             self._collector = CoverageCollector(every_branch=lbr_filter in (None, "any"))
         return self._collector
 
@@ -120,7 +121,7 @@ class CoverageSession:
                 )
         self.reports = written
         self._write_results(programs)
-        report_dir = _option(self.config, "lbr_report")
+        report_dir = option(self.config, "lbr_report")
         if report_dir:  # the page is built after this (tryfirst below)
             from pytest_lbr.coverage.html import write_part
 
@@ -129,7 +130,7 @@ class CoverageSession:
     def _write_results(self, programs: list[Any]) -> None:
         from pytest_lbr.results import CoverageRecord, append_record
 
-        path = _option(self.config, "lbr_results")
+        path = option(self.config, "lbr_results")
         if not path:
             return
         for cov in programs:
@@ -151,17 +152,6 @@ class CoverageSession:
             terminal.write_line(problem)
         for fmt, path in self.reports:
             terminal.write_line(f"lbr coverage: {fmt} {path}")
-
-
-def _option(config: pytest.Config, dest: str) -> Any:
-    """An option of the lbr session's (`--lbr-filter`, `--lbr-report`, `--lbr-results`),
-    or its ini key, as the session reads it (the session module is imported by the
-    plugin alone: tests/test_plugin.py)."""
-    value = config.getoption(dest, default=None)
-    if value is None or value is False:
-        ini = config.getini(dest)
-        return ini if ini not in ("", [], None) else value
-    return value
 
 
 def _coverage(config: pytest.Config) -> CoverageSession | None:

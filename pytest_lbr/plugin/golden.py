@@ -1,12 +1,14 @@
-"""`GoldenBook`: a pytest session's golden-trace bookkeeping.
+"""Golden traces, as a pytest plugin of its own: `--lbr-golden-update`,
+`--lbr-golden-prune`, the `lbr_golden_exclude` / `lbr_golden_keep` ini keys, and
+`GoldenBook`, the session's golden bookkeeping.
 
-Each `check_golden` of a test goes through it: the test's golden name (once per
+Each `check_golden` of a test goes through the book: the test's golden name (once per
 test), its normalization (defaults, ini keys, marker knobs), the check itself
-(`pytest_lbr.golden.GoldenCheck`), the files written under
-`--lbr-golden-update`, and which golden files the session used, so the ones no
-test used are named (and deleted under `--lbr-golden-prune`) at the end. Under
-pytest-xdist the workers hand what they wrote and used to the controller.
-`LbrSession` holds one and hands the pytest hooks to it.
+(`pytest_lbr.golden.GoldenCheck`), the files written under `--lbr-golden-update`, and
+which golden files the session used, so the ones no test used are named (and deleted
+under `--lbr-golden-prune`) at the end. Under pytest-xdist the workers hand what they
+wrote and used to the controller. Registered by `pytest_lbr.plugin` (its
+`pytest_plugins`); needs no tracing, so it runs without `--lbr` too.
 """
 
 from __future__ import annotations
@@ -16,14 +18,61 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.report.record import TestRecord
+from pytest_lbr.plugin.shared import is_worker, option, option_group, record_of
 
 if TYPE_CHECKING:
     from pytest_lbr.golden.normalize import Normalization
     from pytest_lbr.golden.unused import GoldenUsage
     from pytest_lbr.model import Trace
 
-__all__ = ["GoldenBook"]
+__all__ = ["GoldenBook", "golden_book"]
+
+GOLDEN_KEY = pytest.StashKey["GoldenBook"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = option_group(parser)
+    group.addoption(
+        "--lbr-golden-update",
+        dest="lbr_golden_update",
+        action="store_true",
+        default=None,
+        help="write/refresh golden traces instead of comparing",
+    )
+    group.addoption(
+        "--lbr-golden-prune",
+        dest="lbr_golden_prune",
+        action="store_true",
+        default=None,
+        help="delete golden traces no test used (modules whose tests all ran and passed)",
+    )
+    parser.addini("lbr_golden_update", "default for --lbr-golden-update", type="bool")
+    parser.addini("lbr_golden_prune", "default for --lbr-golden-prune", type="bool")
+    parser.addini(
+        "lbr_golden_exclude", "extra functions (globs) left out of golden traces", type="linelist"
+    )
+    parser.addini(
+        "lbr_golden_keep",
+        "functions (globs) kept in golden traces despite the default exclusions",
+        type="linelist",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    book = config.stash[GOLDEN_KEY] = GoldenBook(
+        config,
+        update=bool(option(config, "lbr_golden_update")),
+        prune=bool(option(config, "lbr_golden_prune")),
+        is_worker=is_worker(config),
+    )
+    # Registered as a plugin: its hooks below (pytest_runtest_logreport gets no config
+    # and runs on the xdist controller for every worker's reports).
+    config.pluginmanager.register(book, "lbr-golden")
+
+
+def golden_book(config: pytest.Config) -> GoldenBook:
+    """The session's golden bookkeeping."""
+    return config.stash[GOLDEN_KEY]
 
 
 class GoldenBook:
@@ -74,7 +123,6 @@ class GoldenBook:
     def check(
         self,
         item: pytest.Item,
-        record: TestRecord,
         trace: Trace,
         name: str | None = None,
         level: str = "function",
@@ -83,6 +131,7 @@ class GoldenBook:
         from pytest_lbr.golden import LEVELS, GoldenCheck
         from pytest_lbr.golden.storage import display_path
 
+        record = record_of(item)
         test_name = _golden_test_name(item) + (f".{name}" if name else "")
         if test_name in record.golden_names:
             pytest.fail(
@@ -125,32 +174,35 @@ class GoldenBook:
         if self.is_worker:  # the controller prints one summary for all workers
             self.config.workeroutput.setdefault("lbr_written", []).append(path)  # type: ignore[attr-defined]
 
-    def worker_done(self, output: dict[str, Any]) -> None:
-        """xdist controller: what a worker wrote and which golden files it used."""
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Hook, xdist controller: what a worker wrote and which golden files it used."""
+        output = getattr(node, "workeroutput", {})
         self.written.extend(output.get("lbr_written", []))
         if output.get("lbr_golden_usage"):
             self._usage().merge(output["lbr_golden_usage"])
 
-    def collected(self, items: list[pytest.Item]) -> None:
-        """Each module's tests, for unused golden files (per xdist worker: they all
-        collect the same tests; the controller collects none)."""
-        for item in items:
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Hook: each module's tests, for unused golden files (per xdist worker: they
+        all collect the same tests; the controller collects none)."""
+        for item in session.items:
             self._collected.setdefault(str(item.path), []).append(item.nodeid)
 
-    def deselected(self, items: list[pytest.Item]) -> None:
-        """A module with deselected tests (-k, --lbr-shard...) may have used more golden
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Hook: a module with deselected tests (-k, --lbr-shard...) may have used more golden
         files than this session saw."""
         self._deselected.update(str(item.path) for item in items)
 
-    def note_report(self, report: pytest.TestReport) -> None:
-        """Which tests passed and failed (a file of a failed test is not unused)."""
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Hook, also on the xdist controller: which tests passed and failed (a file of
+        a failed test is not unused)."""
         if report.failed:
             self._failed.add(report.nodeid)
         elif report.when == "call" and report.passed:
             self._passed.add(report.nodeid)
 
-    def finish(self) -> None:
-        """A worker hands its usage to the controller; the controller names the unused
+    def pytest_sessionfinish(self) -> None:
+        """Hook: a worker hands its usage to the controller; the controller names the unused
         golden files (and deletes them under --lbr-golden-prune)."""
         if self.usage and self.is_worker:
             self.config.workeroutput["lbr_golden_usage"] = self.usage.to_json()  # type: ignore[attr-defined]
@@ -160,8 +212,11 @@ class GoldenBook:
                 for path in self.unused:
                     path.unlink(missing_ok=True)
 
-    def summary(self, terminal: Any) -> None:
-        """Terminal summary: golden files written and unused."""
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Hook: golden files written and unused, in the terminal summary."""
+        terminal = terminalreporter
+        if self.is_worker:
+            return
         if self.written:
             terminal.write_sep("-", f"lbr: {len(self.written)} golden trace(s) written")
             for path in sorted(self.written):

@@ -1,15 +1,19 @@
-"""`--lbr-results=FILE`: the session's side of the results file (docs/results.md).
+"""`--lbr-results=FILE`, as a pytest plugin of its own: the results file
+(docs/results.md).
 
 Where a test runs (an xdist worker, or the only process), its traces, golden checks and
 kernel splats go into its teardown report as one user property of plain JSON; where
 reports are collected (the controller, or the only process), each test's phases are
 folded into one `TestResult`, appended to the file when its teardown report arrives.
-The session record and the splats no test reported are written when the session ends.
+The session record (the lbr session's tracing verdict) and the splats no test reported
+are written when the session ends. Registered by `pytest_lbr.plugin` (its
+`pytest_plugins`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +21,8 @@ import pytest
 
 from pytest_lbr.guest_mode import TRACING_PROPERTY, in_guest
 from pytest_lbr.kernel.machine import machine
+from pytest_lbr.plugin.shared import is_worker, known_record, option, option_group, tracing_verdict
+from pytest_lbr.plugin.splats import kernel_splats
 from pytest_lbr.report.record import TestRecord
 from pytest_lbr.results import (
     GoldenRecord,
@@ -38,20 +44,52 @@ RESULTS_PROPERTY = "lbr_results"
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
-class ResultsBook:
-    """Writes the results file of one session (`path` None: none asked for)."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = option_group(parser)
+    group.addoption(
+        "--lbr-results",
+        dest="lbr_results",
+        default=None,
+        metavar="FILE",
+        help="write one JSON record per test to FILE (JSON Lines, docs/results.md; "
+        "written by default inside pytest-lbr vm guests)",
+    )
+    parser.addini("lbr_results", "default for --lbr-results", type="string")
 
-    def __init__(self, path: Path | None, *, is_worker: bool) -> None:
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = option(config, "lbr_results")
+    if path:
+        book = ResultsBook(Path(path).resolve(), is_worker=is_worker(config))
+        config.pluginmanager.register(book, "lbr-results")
+
+
+class ResultsBook:
+    """Writes the results file of one session."""
+
+    def __init__(self, path: Path, *, is_worker: bool) -> None:
         self.path = path
         self.is_worker = is_worker
         self._tests: dict[str, dict[str, Any]] = {}
-        if path is not None and not is_worker:
+        if not is_worker:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("")  # this session's records only
 
+    # The outermost wrapper: it reads the test's record after the splat check
+    # (splats.py) has added to it.
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Hook: at the test's teardown report, where it ran, add what it traced and
+        checked."""
+        report = yield
+        self.attach(report, known_record(item))
+        return report
+
     def attach(self, report: pytest.TestReport, state: TestRecord | None) -> None:
-        """At the test's teardown report, where it ran: what it traced and checked."""
-        if self.path is None or report.when != "teardown" or state is None:
+        """At the test's teardown report: what it traced and checked, as a property."""
+        if report.when != "teardown" or state is None:
             return
         data = {
             "traces": [
@@ -74,9 +112,10 @@ class ResultsBook:
         }
         report.user_properties.append((RESULTS_PROPERTY, json.dumps(data)))
 
-    def note_report(self, report: pytest.TestReport) -> None:
-        """Where reports are collected: fold in one phase; write the test at teardown."""
-        if self.path is None or self.is_worker:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Hook, where reports are collected: fold in one phase; write the test at
+        teardown."""
+        if self.is_worker:
             return
         test = self._tests.setdefault(report.nodeid, {"outcome": "passed", "reason": ""})
         outcome: str = report.outcome
@@ -99,7 +138,6 @@ class ResultsBook:
             self._write(report.nodeid, self._tests.pop(report.nodeid))
 
     def _write(self, nodeid: str, test: dict[str, Any]) -> None:
-        assert self.path is not None
         record = TestResult(
             nodeid,
             test["outcome"],
@@ -118,10 +156,16 @@ class ResultsBook:
         )
         append_record(self.path, record)
 
-    def finish(self, backend: str, tracing: bool, reason: str, unreported: list[Any]) -> None:
-        """At the end: the session record, and each kernel splat no test reported."""
-        if self.path is None or self.is_worker:
+    # A wrapper: it writes after every plugin's pytest_sessionfinish, so after the lbr
+    # session's verdict and the splat watch's last read of the kernel log.
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Hook, at the end: the session record, and each kernel splat no test reported."""
+        yield
+        if self.is_worker:
             return
+        backend, tracing, reason = tracing_verdict(session.config)
+        unreported = kernel_splats(session.config).unreported
         facts = machine()
         append_record(
             self.path,

@@ -1,9 +1,13 @@
-"""`LbrSession`: everything the pytest plugin does, kept in `config.stash`.
+"""`LbrSession`: the tracing side of the pytest plugin, kept in `config.stash`.
 
-`pytest_lbr.plugin` only declares options, hooks and fixtures and hands each one
-to this object. Importing this module costs nothing measurable: the tracer, the
-capture backends, golden files and reports are imported when first used, and
-without `--lbr` they never are.
+`pytest_lbr.plugin` declares the tracing options, the marker and the fixtures and
+hands each one to this object: the options checked once, the backend probed once and
+shared by every test's `Tracer`, the `lbr` marker's whole-body trace, progress lines,
+each test's report files, the HTML report and the exit status for bisecting. Golden
+checks, kernel splats, the results file and coverage are pytest plugins of their own
+(`golden.py`, `splats.py`, `results_writer.py`, `coverage.py`). Importing this module
+costs nothing measurable: the tracer, the capture backends and reports are imported
+when first used, and without `--lbr` they never are.
 """
 
 from __future__ import annotations
@@ -17,41 +21,27 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest_mode import TRACING_PROPERTY, in_guest
-from pytest_lbr.names import (
-    BackendName,
-    LbrFilter,
-    Name,
-    PmuName,
-    ScopeKind,
-    SplatMode,
-    choices,
-    parse_name,
+from pytest_lbr.guest_mode import TRACING_PROPERTY
+from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind
+from pytest_lbr.plugin.golden import golden_book
+from pytest_lbr.plugin.shared import (
+    VERDICT_KEY,
+    TracingVerdict,
+    choice,
+    is_worker,
+    known_record,
+    option,
+    record_of,
 )
-from pytest_lbr.plugin.golden import GoldenBook
-from pytest_lbr.plugin.results_writer import ResultsBook
-from pytest_lbr.plugin.splats import KernelSplats
 from pytest_lbr.progress import ProgressCallback, set_progress
-from pytest_lbr.report.record import TestRecord
 
 if TYPE_CHECKING:
     from pytest_lbr.capture import Backend
-    from pytest_lbr.golden.normalize import Normalization
     from pytest_lbr.model import Trace
     from pytest_lbr.tracer import Tracer
 
-__all__ = [
-    "ALLOW_SPLAT_MARKER",
-    "EXIT_CANNOT_TRACE",
-    "SESSION_KEY",
-    "LbrSession",
-    "TestRecord",
-]
+__all__ = ["EXIT_CANNOT_TRACE", "SESSION_KEY", "LbrSession"]
 
-ALLOW_SPLAT_MARKER = (
-    "allow_splat: kernel splats during this test are shown in its report, not failures "
-    "(a test that provokes one on purpose)"
-)
 #: `git bisect run` reads 125 as "this commit cannot be tested": used when tracing could not run.
 EXIT_CANNOT_TRACE = 125
 DISABLED_REASON = "tracing disabled: run with --lbr"
@@ -68,52 +58,31 @@ _MARKER_KWARGS = {
 }
 
 
-RECORD_KEY = pytest.StashKey[TestRecord]()
 SESSION_KEY = pytest.StashKey["LbrSession"]()
 
 
 class LbrSession:
-    """Per-session state: options, the backend probe and the fixtures; golden
-    bookkeeping (`GoldenBook`), kernel splats (`KernelSplats`) and reports."""
+    """Per-session tracing state: options, the backend probe, the fixtures, reports."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.enabled = bool(self._option("lbr"))
-        # Each choice is checked here, where the option or ini key arrives (argparse
-        # checks the command line's; nothing checks an ini file's but this).
-        self.backend = self._choice(
-            "--lbr-backend / lbr_backend", BackendName, self._option("lbr_backend") or "auto"
+        self.enabled = bool(option(config, "lbr"))
+        self.backend = choice(
+            "--lbr-backend / lbr_backend", BackendName, option(config, "lbr_backend") or "auto"
         )
-        self.pmu = self._choice(
-            "--lbr-pmu / lbr_pmu", PmuName, self._option("lbr_pmu") or "hardware"
-        )
-        self.require = bool(self._option("lbr_require"))
-        chosen_filter = self._option("lbr_filter") or None
+        self.pmu = choice("--lbr-pmu / lbr_pmu", PmuName, option(config, "lbr_pmu") or "hardware")
+        self.require = bool(option(config, "lbr_require"))
+        chosen_filter = option(config, "lbr_filter") or None
         self.filter = (
             None
             if chosen_filter is None
-            else self._choice("--lbr-filter / lbr_filter", LbrFilter, chosen_filter)
+            else choice("--lbr-filter / lbr_filter", LbrFilter, chosen_filter)
         )
-        self.scope = self._choice(
-            "lbr_scope", ScopeKind, self.config.getini("lbr_scope") or "process"
-        )
-        self.vmlinux = self._option("lbr_vmlinux") or None
-        report = self._option("lbr_report")
+        self.scope = choice("lbr_scope", ScopeKind, config.getini("lbr_scope") or "process")
+        self.vmlinux = option(config, "lbr_vmlinux") or None
+        report = option(config, "lbr_report")
         self.report_dir = Path(report).resolve() if report else None
-        results = self._option("lbr_results")
-        self.is_worker = hasattr(config, "workerinput")
-        self.is_controller = (  # pytest-xdist's: it runs no test itself
-            not self.is_worker
-            and config.getoption("dist", "no") != "no"
-            and bool(config.getoption("tx", None))
-        )
-        # Kernel splats: on by default only in a pytest-lbr vm guest; a developer's own
-        # kernel log holds other people's warnings.
-        self.splat_mode = self._choice(
-            "--lbr-kernel-splats / lbr_kernel_splats",
-            SplatMode,
-            self._option("lbr_kernel_splats") or ("fail" if in_guest() else "off"),
-        )
+        self.is_worker = is_worker(config)
         if self.enabled and self.vmlinux:
             self._check_vmlinux(str(self.vmlinux))
         #: What `progress()` reported to before this session (put back at the end).
@@ -121,13 +90,6 @@ class LbrSession:
         self._reports_progress = self.enabled
         if self._reports_progress:
             self._previous_progress = set_progress(self._progress)
-        #: Golden checks, files written and unused.
-        self.golden = GoldenBook(
-            config,
-            update=bool(self._option("lbr_golden_update")),
-            prune=bool(self._option("lbr_golden_prune")),
-            is_worker=self.is_worker,
-        )
         #: Tests that needed tracing, split by whether they could get it.
         self.traced_ok = 0
         self.traced_unavailable = 0
@@ -137,47 +99,6 @@ class LbrSession:
         self._backend: Backend | None = None
         if self.report_dir is not None and not self.is_worker:
             shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
-        #: The results file (--lbr-results).
-        self.results = ResultsBook(
-            Path(results).resolve() if results else None, is_worker=self.is_worker
-        )
-        #: The kernel log, watched for splats.
-        self.splats = KernelSplats(
-            config,
-            self.splat_mode == "fail",
-            is_worker=self.is_worker,
-            is_controller=self.is_controller,
-        )
-
-    @property
-    def golden_update(self) -> bool:
-        """--lbr-golden-update: write golden traces instead of comparing."""
-        return self.golden.update
-
-    @property
-    def golden_prune(self) -> bool:
-        """--lbr-golden-prune: delete the golden traces no test used."""
-        return self.golden.prune
-
-    # -- options -------------------------------------------------------------------
-
-    def _option(self, dest: str) -> Any:
-        value = self.config.getoption(dest, default=None)
-        if value is None or value is False:
-            ini = self.config.getini(dest)
-            return ini if ini not in ("", [], None) else value
-        return value
-
-    @staticmethod
-    def _choice(what: str, kind: type[Name], value: str) -> Name:
-        """The member of `kind` an option or ini key (`what`) names; else a usage error
-        of one line that lists the accepted values."""
-        try:
-            return parse_name(kind, value)
-        except ValueError:
-            raise pytest.UsageError(
-                f"{what}: unknown value {value!r}; choose from {', '.join(choices(kind))}"
-            ) from None
 
     def _progress(self, message: str) -> None:
         """Library progress (a long DWARF read...) as a line of pytest's terminal output."""
@@ -235,7 +156,7 @@ class LbrSession:
             vmlinux=str(self.vmlinux) if self.vmlinux else None,
             scope=self.scope,
         )
-        record = self.record(item)
+        record = record_of(item)
         record.tracer_traces = tracer.traces  # the same list: every trace the test takes
         tracer.golden_checker = lambda trace, name=None, level="function": self.check_golden(
             item, trace, name=name, level=level
@@ -314,57 +235,21 @@ class LbrSession:
         if marker.kwargs.get("golden"):
             self.check_golden(item, trace, level=marker.kwargs.get("level", "function"))
 
-    # -- golden traces -----------------------------------------------------------
-
-    def normalization(self, item: pytest.Item) -> Normalization:
-        """Default exclusions + ini `lbr_golden_exclude`/`lbr_golden_keep` + marker knobs."""
-        return self.golden.normalization(item)
-
     def check_golden(
         self, item: pytest.Item, trace: Trace, name: str | None = None, level: str = "function"
     ) -> None:
         """Compare `trace` with the test's golden file, or write it under --lbr-golden-update."""
-        self.golden.check(item, self.record(item), trace, name=name, level=level)
+        golden_book(self.config).check(item, trace, name=name, level=level)
 
-    def worker_done(self, node: Any) -> None:
-        """xdist controller: collect what a worker wrote, which golden files it used,
-        and the kernel splats no test of it took."""
-        output = getattr(node, "workeroutput", {})
-        self.golden.worker_done(output)
-        self.splats.worker_done(output)
-
-    # -- kernel splats ---------------------------------------------------------------
-
-    def header_lines(self) -> list[str]:
-        """Terminal header: why kernel splats are not watched, when asked for."""
-        return [self.splats.note] if self.splats.note else []
-
-    def splats_between_tests(self) -> None:
-        """Before a test: what the kernel logged since the last one belongs to no test."""
-        self.splats.between_tests()
-
-    def check_kernel_log(self, item: pytest.Item, report: pytest.TestReport) -> None:
-        """A kernel splat during this phase of the test fails it (`KernelSplats.check`);
-        the test's report files are rewritten to show it."""
-        if self.splats.check(item, report, self.record(item)) and self.report_dir is not None:
-            from pytest_lbr.report.render import write_test_files
-
-            write_test_files(self.report_dir, self.record(item))
-
-    # -- records, reports, assertion explanations ---------------------------------
-
-    def record(self, item: pytest.Item) -> TestRecord:
-        if RECORD_KEY not in item.stash:
-            item.stash[RECORD_KEY] = TestRecord(item.nodeid)
-        return item.stash[RECORD_KEY]
+    # -- reports, assertion explanations ------------------------------------------
 
     def on_report(
         self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport
     ) -> None:
         """Remember the outcome; explain failed trace queries under the traceback."""
-        if RECORD_KEY in item.stash and report.when in ("setup", "call") and not report.passed:
-            item.stash[RECORD_KEY].outcome = report.outcome
-        self.results.attach(report, item.stash.get(RECORD_KEY, None))
+        record = known_record(item)
+        if record is not None and report.when in ("setup", "call") and not report.passed:
+            record.outcome = report.outcome
         if report.when == "call" and report.failed and call.excinfo is not None:
             if call.excinfo.errisinstance(AssertionError) and hasattr(
                 report.longrepr, "addsection"
@@ -377,7 +262,7 @@ class LbrSession:
 
     def finish_record(self, item: pytest.Item) -> None:
         """At teardown: write the test's trace text and report part; JUnit properties."""
-        record = item.stash.get(RECORD_KEY, None)
+        record = known_record(item)
         if record is None or self.report_dir is None or record.reported:
             return
         if not record.traces and not record.splats:
@@ -388,23 +273,9 @@ class LbrSession:
         text_path = write_test_files(self.report_dir, record)
         item.user_properties.append(("lbr_trace", str(text_path)))
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Hook: each module's tests, for unused golden files (per xdist worker: they
-        all collect the same tests; the controller collects none)."""
-        self.golden.collected(session.items)
-
-    def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        """Hook: a module with deselected tests (-k, --lbr-shard...) may have used more
-        golden files than this session saw."""
-        self.golden.deselected(items)
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Hook (the session is registered as a plugin): count tests that needed tracing,
-        on the xdist controller too, from the properties the reports carry; note which
-        tests passed, for unused golden files, and which kernel splats tests reported."""
-        self.golden.note_report(report)
-        self.splats.note_report(report)
-        self.results.note_report(report)
+        on the xdist controller too, from the properties the reports carry."""
         if report.when != "teardown":
             return
         for key, value in report.user_properties:
@@ -415,7 +286,7 @@ class LbrSession:
                     self.traced_ok += 1
 
     def finish(self, session: pytest.Session) -> None:
-        """Exit status for bisecting (and 1 for a kernel splat outside the tests), the
+        """Exit status for bisecting, the tracing verdict (for the results file), the
         HTML report (once, not per worker), and the line cache saved (per worker)."""
         self.close_backend()
         symbols = sys.modules.get("pytest_lbr.symbols")
@@ -424,37 +295,27 @@ class LbrSession:
         if self.enabled and self.traced_unavailable and not self.traced_ok:
             self.unavailable_reason = self.probe()[2]
             session.exitstatus = EXIT_CANNOT_TRACE
-        self.splats.finish(session)
-        self._finish_results()
+        if self.enabled:
+            available, backend, reason = self.probe()
+            verdict = TracingVerdict(backend, available, reason)
+        else:
+            verdict = TracingVerdict("", False, DISABLED_REASON)
+        self.config.stash[VERDICT_KEY] = verdict
         if self.report_dir is not None and not self.is_worker:
             from pytest_lbr.report.render import write_html
 
             write_html(self.report_dir)
-        self.golden.finish()
-
-    def _finish_results(self) -> None:
-        if self.results.path is None:
-            return
-        if not self.enabled:
-            self.results.finish("", False, "tracing disabled: run with --lbr", [])
-            return
-        available, backend, reason = self.probe()
-        self.results.finish(backend, available, reason, self.splats.unreported)
 
     def unconfigure(self) -> None:
-        """Put back the progress listener this session replaced (pytester nests sessions);
-        close the kernel log if the session ended before its finish."""
-        self.splats.close()
+        """Put back the progress listener this session replaced (pytester nests sessions)."""
         if self._reports_progress:
             self._reports_progress = False
             set_progress(self._previous_progress)
 
     def summary(self, terminal: Any) -> None:
-        """Terminal summary: golden files written and unused, report, why the exit
-        status is 125, kernel splats outside the tests."""
+        """Terminal summary: the report, why the exit status is 125."""
         if self.is_worker:
             return
-        self.golden.summary(terminal)
         if self.report_dir is not None and (self.report_dir / "index.html").exists():
             terminal.write_line(f"lbr: report {self.report_dir / 'index.html'}")
         if self.unavailable_reason:
@@ -462,4 +323,3 @@ class LbrSession:
                 f"lbr: tracing could not run in this session ({self.unavailable_reason}): "
                 f"exit status {EXIT_CANNOT_TRACE}"
             )
-        self.splats.summary(terminal)

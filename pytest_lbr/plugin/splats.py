@@ -1,30 +1,86 @@
-"""`KernelSplats`: a pytest session's watch on the kernel log (`--lbr-kernel-splats`).
+"""Kernel splats, as a pytest plugin of its own: `--lbr-kernel-splats`, the
+`allow_splat` marker, and `KernelSplats`, the session's watch on the kernel log.
 
 A kernel splat (oops, WARNING, BUG, lockdep report...) during a test fails it,
 unless the test is marked `allow_splat`; one outside any test fails the run.
 Under pytest-xdist each worker watches the log and takes the splats of its own
 tasks; the rest go to the controller as plain data, which fails the run with each
-once, naming the tests that were running. `LbrSession` holds one and hands the
-pytest hooks to it.
+once, naming the tests that were running. Registered by `pytest_lbr.plugin` (its
+`pytest_plugins`); it needs no tracing, so it watches without `--lbr` too.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_lbr.guest_mode import note_splats
+from pytest_lbr.guest_mode import in_guest, note_splats
+from pytest_lbr.names import SplatMode, choices
+from pytest_lbr.plugin.shared import (
+    choice,
+    is_controller,
+    is_worker,
+    option,
+    option_group,
+    record_of,
+)
 from pytest_lbr.report.record import TestRecord
 
 if TYPE_CHECKING:
     from pytest_lbr.kernel.kmsg import KernelLog, Splat
 
-__all__ = ["SPLAT_PROPERTY", "KernelSplats"]
+__all__ = ["ALLOW_SPLAT_MARKER", "SPLAT_PROPERTY", "KernelSplats", "kernel_splats"]
 
 #: The user property naming each kernel splat a test reported (its `Splat.key`).
 SPLAT_PROPERTY = "lbr_kernel_splat"
+ALLOW_SPLAT_MARKER = (
+    "allow_splat: kernel splats during this test are shown in its report, not failures "
+    "(a test that provokes one on purpose)"
+)
+SPLATS_KEY = pytest.StashKey["KernelSplats"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = option_group(parser)
+    group.addoption(
+        "--lbr-kernel-splats",
+        dest="lbr_kernel_splats",
+        default=None,
+        choices=choices(SplatMode),
+        help="fail: a kernel splat (WARNING:, BUG:, Oops, KASAN, RCU stall...) in the "
+        "kernel log fails the test it happened in, or the run (default: fail inside "
+        "pytest-lbr vm guests, off elsewhere)",
+    )
+    parser.addini("lbr_kernel_splats", "default for --lbr-kernel-splats", type="string")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", ALLOW_SPLAT_MARKER)
+    # On by default only in a pytest-lbr vm guest: a developer's own kernel log holds
+    # other people's warnings.
+    mode = choice(
+        "--lbr-kernel-splats / lbr_kernel_splats",
+        SplatMode,
+        option(config, "lbr_kernel_splats") or ("fail" if in_guest() else "off"),
+    )
+    watch = config.stash[SPLATS_KEY] = KernelSplats(
+        config,
+        mode == SplatMode.FAIL,
+        is_worker=is_worker(config),
+        is_controller=is_controller(config),
+    )
+    # Registered as a plugin: its hooks (pytest_runtest_logreport gets no config and
+    # runs on the xdist controller for every worker's reports).
+    config.pluginmanager.register(watch, "lbr-kernel-splats")
+
+
+def kernel_splats(config: pytest.Config) -> KernelSplats:
+    """The session's watch on the kernel log."""
+    return config.stash[SPLATS_KEY]
 
 
 class KernelSplats:
@@ -88,10 +144,29 @@ class KernelSplats:
                 }
             )
 
-    def between_tests(self) -> None:
-        """Before a test: what the kernel logged since the last one belongs to no test."""
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self) -> None:
+        """Hook, before a test: what the kernel logged since the last one belongs to no test."""
         if self._log is not None:
             self._keep_loose(self._new(), running=None)
+
+    # Registered after pytest's own plugins, so this runs after they made the report
+    # (an xfail's outcome); the results file's wrapper (tryfirst) reads it after this.
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Hook: check the kernel log after each phase of a test; rewrite the test's
+        report files (--lbr-report) when it took a splat."""
+        report = yield
+        record = record_of(item)
+        if self.check(item, report, record):
+            report_dir = option(self.config, "lbr_report")
+            if report_dir:
+                from pytest_lbr.report.render import write_test_files
+
+                write_test_files(Path(report_dir).resolve(), record)
+        return report
 
     def check(self, item: pytest.Item, report: pytest.TestReport, record: TestRecord) -> bool:
         """A kernel splat during this phase of the test fails it (under `allow_splat`
@@ -129,17 +204,21 @@ class KernelSplats:
                     del report.wasxfail  # an expected failure is the test's, not the kernel's
         return True
 
-    def note_report(self, report: pytest.TestReport) -> None:
-        """Any process, the xdist controller too: the splats a test's report names."""
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Hook, in any process, the xdist controller too: the splats a test's report names."""
         self._reported.update(str(v) for k, v in report.user_properties if k == SPLAT_PROPERTY)
 
-    def worker_done(self, output: dict[str, Any]) -> None:
-        """xdist controller: a worker's loose splats and missed log records."""
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Hook, xdist controller: a worker's loose splats and missed log records."""
+        output = getattr(node, "workeroutput", {})
         self._loose.extend(output.get("lbr_kernel_splats", []))
         self.missed += output.get("lbr_kmsg_missed", 0)
 
-    def finish(self, session: pytest.Session) -> None:
-        """Read what is left; a worker hands its loose splats to the controller, which
+    # Last: a conftest's own pytest_sessionfinish may still make the kernel log a splat.
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Hook: read what is left; a worker hands its loose splats to the controller, which
         fails the run (exit status 1) for each no test reported."""
         if self._log is not None:
             self._keep_loose(self._new(), running=None)
@@ -159,8 +238,16 @@ class KernelSplats:
         if self.unreported and session.exitstatus in (0, 5):  # not over a worse one
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def summary(self, terminal: Any) -> None:
-        """Terminal summary: the splats outside any test, and log records missed."""
+    def pytest_report_header(self) -> list[str]:
+        """Hook: why kernel splats are not watched, when asked for."""
+        return [self.note] if self.note else []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Hook: the splats outside any test, and log records missed."""
+        terminal = terminalreporter
+        if self.is_worker:
+            return
         for splat in self.unreported:
             terminal.write_sep("=", "lbr: kernel splat outside any test", red=True)
             if splat["running"]:
@@ -178,6 +265,10 @@ class KernelSplats:
                 f"lbr: the kernel overwrote its log {self.missed} time(s) before pytest "
                 "read it: a kernel splat may have gone unseen"
             )
+
+    def pytest_unconfigure(self) -> None:
+        """Hook: stop reading the kernel log (the session may end before its finish)."""
+        self.close()
 
     def close(self) -> None:
         """Stop reading the kernel log (idempotent)."""

@@ -1,20 +1,20 @@
 """Call sites read from a live JIT image: a program's own extent, learned from its
 info, answers without reading /proc/kallsyms again.
 
-Runs in the guests (/proc/kcore holds the image there).
+The first test runs in the guests (/proc/kcore holds the image there).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from pytest_lbr.capture import call_sites
 from pytest_lbr.capture.call_sites import CallSites, calls_in
 from pytest_lbr.programs.info import program_details
 from tests.bpf.objects import bpf_object, require_root
 
-pytestmark = pytest.mark.kernel
 
-
+@pytest.mark.kernel
 def test_a_learned_program_is_answered_from_its_own_extent() -> None:
     require_root()
     from pytest_lbr.bpf import BpfObject
@@ -33,3 +33,16 @@ def test_a_learned_program_is_answered_from_its_own_extent() -> None:
         assert sites._symbols is None  # kallsyms never read for it
         # Another name at that address (a freed image reused) is not answered from it.
         assert sites._function("bpf_prog_other", start) != (name, size)
+
+
+def test_a_long_session_keeps_the_newest_programs_learned() -> None:
+    limit = call_sites._MAX_LEARNED
+    sites = CallSites()
+    for i in range(limit + 10):
+        sites.learn(f"bpf_prog_{i}", 0x1000 * (i + 1), 64)
+    sites.learn("bpf_prog_0_again", 0x1000 * 11, 64)  # re-learned: kept as the newest
+    sites.learn("bpf_prog_last", 0x1000 * (limit + 20), 64)
+    assert len(sites._learned) == limit
+    assert sites._function("bpf_prog_0_again", 0x1000 * 11) == ("bpf_prog_0_again", 64)
+    assert sites._function("bpf_prog_last", 0x1000 * (limit + 20)) == ("bpf_prog_last", 64)
+    assert 0x1000 not in sites._learned and 0x1000 * 12 not in sites._learned

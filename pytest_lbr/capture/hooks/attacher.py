@@ -24,23 +24,16 @@ from pytest_lbr.bpf.libbpf import (
 )
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.hooks.loader import _BPF_PROG_TYPE_TRACING, TracerLoading, _kernel_refusal
-from pytest_lbr.capture.hooks.state import Attached
+from pytest_lbr.capture.hooks.state import DEFAULT_GLOB_FALLBACK, Attached
 from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
 from pytest_lbr.targets import Target
 
 __all__ = ["DEFAULT_GLOB_FALLBACK", "Attached", "TargetAttaching"]
 
+
 #: How a kernel-function glob is hooked where kprobe.multi is missing
 #: ("kprobe": one kprobe link per function on one loaded program; "fentry":
 #: one tracer object loaded and verified per function).
-#: kprobe attaches one link per function to one loaded program; fentry loads and
-#: verifies one object per function, each holding ~7 fds (program, link, BTF, reused
-#: maps), so a glob of hundreds of functions runs into RLIMIT_NOFILE (EMFILE), and
-#: some functions refuse fexit (ENOTSUPP). So kprobe is the default: it scales to a
-#: whole subsystem glob (bench/RESULTS-history.md, 2026-11-22, has the figures).
-DEFAULT_GLOB_FALLBACK = "kprobe"
-
-
 class TargetAttaching(TracerLoading):
     """Attaching the loaded tracer at every target (`HookSet`'s second job)."""
 

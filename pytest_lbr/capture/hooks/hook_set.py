@@ -14,22 +14,20 @@ attaching fails half way.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from pytest_lbr.bpf.libbpf import (
     lib,
 )
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.hooks.attacher import DEFAULT_GLOB_FALLBACK, Attached, TargetAttaching
+from pytest_lbr.capture.hooks.attacher import TargetAttaching
 from pytest_lbr.capture.hooks.ring import RingReading
-from pytest_lbr.capture.hooks.tracer_maps import POOLED, MapSet, RingReader, TracerMaps
+from pytest_lbr.capture.hooks.state import DEFAULT_GLOB_FALLBACK
+from pytest_lbr.capture.hooks.tracer_maps import POOLED, MapSet
 from pytest_lbr.capture.hooks.tracer_object import (
     tracer_not_built,
     tracer_object,
 )
-from pytest_lbr.targets import Target
 
 __all__ = ["DEFAULT_GLOB_FALLBACK", "HookSet", "try_load_fexit"]
 
@@ -52,52 +50,6 @@ class HookSet(TargetAttaching, RingReading):
     tracer's config (a probe that only loads needs none; finding them reads
     kallsyms and the kernel's BTF).
     """
-
-    def __init__(
-        self,
-        targets: list[Target],
-        *,
-        snapshot: bool,
-        fentry: bool = False,
-        tgid: int | None = None,
-        children: bool = False,
-        cgroup: str | None = None,
-        interrupts: bool | None = None,
-        skip_tgid: int = 0,
-        fallback: str = DEFAULT_GLOB_FALLBACK,
-        maps: TracerMaps | None = None,
-        kernel_config: bool = True,
-    ) -> None:
-        self.targets = list(targets)
-        self.snapshot = snapshot
-        self.fentry = fentry
-        self.tgid = os.getpid() if tgid is None else tgid
-        self.children = children
-        self.cgroup = cgroup
-        self.interrupts = self.tgid == 0 and cgroup is None if interrupts is None else interrupts
-        #: A process never recorded, whatever the scope (a live reader's own).
-        self.skip_tgid = skip_tgid
-        #: How a glob is attached where kprobe.multi is missing: "kprobe" or "fentry".
-        self.fallback = fallback
-        self.attached: list[Attached] = []
-        #: Notes for the trace (e.g. "kfunc:tcp_*: kprobe.multi unavailable (EOPNOTSUPP)").
-        self.notes: list[str] = []
-        self._objs: list[int] = []
-        #: Each object's copy of the tracer's bytes: libbpf reads them until load.
-        self._images: list[Any] = []
-        self._links: list[int] = []
-        self._base: int | None = None
-        self._uprobe_obj: int | None = None
-        #: The ring's reader: the lent set's, or made once the first object loaded.
-        self._ring: RingReader | None = None
-        self._shared: dict[str, int] = {}
-        #: The session's spare map sets: this set's maps come from there and go back.
-        self._maps = maps
-        #: The set `maps` lent (this hook set's until `close`).
-        self._lent: MapSet | None = None
-        self._refs: list[Any] = []
-        self._object: Path | None = None
-        self._kernel_config = kernel_config
 
     # -- lifecycle ---------------------------------------------------------------
 
