@@ -306,7 +306,7 @@ class LiveTrace:
         mine = os.getpid()
         hits = [h for h in hits if h.pid != mine]
         if self._capture is not None:
-            finish(self._capture, hits, self._vmlinux)
+            finish(self._capture, hits, self._vmlinux, self.capabilities)
         for h in hits:
             # ftrace names a task it has not cached as "<...>".
             if not h.comm or h.comm == "<...>":

@@ -16,11 +16,19 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
-from pytest_lbr.capture import Backend, Capture, CaptureError, Scope, resolve_backend
+from pytest_lbr.capture import (
+    Backend,
+    Capabilities,
+    Capture,
+    CaptureError,
+    Scope,
+    resolve_backend,
+)
 from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
-from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.model import CALL_KINDS, Branch, Hit, Location, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import Target, parse_targets
 
@@ -32,6 +40,10 @@ __all__ = [
     "trim_tracer",
     "trim_tracer_hits",
 ]
+
+#: The branches whose source is a call site: calls, and a program's calls the graph
+#: backend proves from its code ("implied").
+_CALLS = (*CALL_KINDS, "implied")
 
 
 class TracingUnavailable(CaptureError):
@@ -146,7 +158,7 @@ class Tracer:
             stopped = time.monotonic()
         finally:
             capture.close()
-        finish(capture, done.hits, self._vmlinux, recorded_by=stopped)
+        finish(capture, done.hits, self._vmlinux, chosen.capabilities, recorded_by=stopped)
         trace.complete_from(done)
         for listener in self.finished:
             listener(trace, parsed)
@@ -185,20 +197,33 @@ def _close_all(backends: dict[str, Backend]) -> None:
 
 
 def finish(
-    capture: Capture, hits: list[Hit], vmlinux: str | None, recorded_by: float | None = None
+    capture: Capture,
+    hits: list[Hit],
+    vmlinux: str | None,
+    capabilities: Capabilities,
+    recorded_by: float | None = None,
 ) -> list[Hit]:
     """The one step from a capture's hits to a trace's, for a whole trace
     (`Tracer.trace`) and for each batch of a live one (`LiveTrace`): every branch end
-    named with the symbolizer's name and file:line (`add_source_lines`), then the
-    capture's `trim`, which cuts what the tracer itself ran and needs those names.
-    Returns `hits`, changed in place."""
-    add_source_lines(hits, vmlinux, recorded_by=recorded_by)
+    named with the symbolizer's name and file:line (`add_source_lines`; the backend's
+    `capabilities` say what a call's source address is), then the capture's `trim`,
+    which cuts what the tracer itself ran and needs those names. Returns `hits`,
+    changed in place."""
+    add_source_lines(
+        hits,
+        vmlinux,
+        recorded_by=recorded_by,
+        call_source_is_return=capabilities.call_source_is_return,
+    )
     capture.trim(hits)
     return hits
 
 
 def add_source_lines(
-    hits: list[Hit], vmlinux: str | None = None, recorded_by: float | None = None
+    hits: list[Hit],
+    vmlinux: str | None = None,
+    recorded_by: float | None = None,
+    call_source_is_return: bool = False,
 ) -> None:
     """Give each branch end the symbolizer's name and file:line where it knows the address
     (`vmlinux`: the debug vmlinux to read lines from; None: auto-discovered;
@@ -206,10 +231,16 @@ def add_source_lines(
 
     The graph backend names functions from ftrace's text, kept where the
     symbolizer knows no better; the LBR backend gives bare addresses.
+    `call_source_is_return`: a call's source address is where the call returns to
+    (`Capabilities.call_source_is_return`): it keeps that address, with the
+    function, offset and file:line of the byte before it, the call's own (the
+    instruction after a call can be another line: a program's `return`).
     """
     addrs = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst)}
     if not addrs:
         return
+    if call_source_is_return:
+        addrs |= {b.src.addr - 1 for h in hits for b in h.branches if b.kind in _CALLS}
     from pytest_lbr.symbols import get_symbolizer
 
     found = get_symbolizer(vmlinux).locate_many(sorted(addrs), recorded_by)
@@ -220,6 +251,19 @@ def add_source_lines(
             return loc
         return new
 
+    shifted: dict[int, Location] = {}  # a call site comes back hit after hit
+
+    def call_source(loc: Location) -> Location:
+        out = shifted.get(loc.addr)
+        if out is None:
+            new = found.get(loc.addr - 1)
+            if new is None or new.symbol is None:
+                out = better(loc)
+            else:
+                out = replace(new, addr=loc.addr, offset=new.offset + 1)
+            shifted[loc.addr] = out
+        return out
+
     # A hit's branches and raw branches share objects: each is named once (the memo
     # holds `b` too, so no id is reused while it runs). Built directly, not with
     # dataclasses.replace: a live trace names thousands a second.
@@ -229,7 +273,8 @@ def add_source_lines(
         memo = done.get(id(b))
         if memo is not None:
             return memo[1]
-        src, dst = better(b.src), better(b.dst)
+        returns = call_source_is_return and b.kind in _CALLS
+        src, dst = call_source(b.src) if returns else better(b.src), better(b.dst)
         out = b
         if src is not b.src or dst is not b.dst:
             out = Branch(src, dst, b.kind, b.mispredicted, b.cycles)

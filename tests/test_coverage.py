@@ -362,6 +362,7 @@ def test_the_report_marks_each_line_of_the_source(loaded: Loaded, tmp_path: Path
         mp.chdir(ROOT)
         page = write_html(tmp_path).read_text()  # type: ignore[union-attr]
     assert "examples/branch_cover/test_branch_cover.py::test_ipv4" in page
+    assert '<a href="#coverage">' in page and '<h2 id="coverage">' in page  # linked at the top
     marks = _marks(page)
     assert all(marks[line] == "proven" for line in loaded.ipv4 | {BRANCH})
     assert all(marks[line] == "not-observed" for line in loaded.other)

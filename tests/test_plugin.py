@@ -8,6 +8,7 @@ exit-status-125 tests rely on (they skip if this machine can trace after all).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -143,6 +144,32 @@ def test_an_unknown_ini_value_is_a_usage_error_listing_the_choices(
     result = pytester.runpytest("--lbr")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {line}"])
+
+
+@pytest.mark.parametrize("results", [False, True])
+def test_the_backend_is_probed_at_the_end_only_for_the_results_file(
+    pytester: pytest.Pytester, results: bool
+) -> None:
+    # A probe cleans up what dead sessions left (a crashed xdist worker's tracefs
+    # instance): a session whose tests never traced must not probe on its own.
+    pytester.makeconftest(
+        """
+        import pytest
+        from pytest_lbr.plugin.session import SESSION_KEY
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_unconfigure(config):
+            print("probed:", config.stash[SESSION_KEY]._probe is not None)
+        """
+    )
+    pytester.makepyfile("def test_plain(): pass")
+    args = ["--lbr", "-s", *(["--lbr-results=r.jsonl"] if results else [])]
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"probed: {results}"])
+    if results:
+        session = json.loads((pytester.path / "r.jsonl").read_text().splitlines()[-1])
+        assert session["type"] == "session" and session["backend"], session
 
 
 def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:

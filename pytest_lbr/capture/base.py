@@ -78,6 +78,10 @@ class Capabilities:
     branches: bool
     #: It takes an LBR branch filter (`FILTERS`).
     filters: bool = False
+    #: A call's source is the call's return address (the function tracer's parent
+    #: ip), not the call instruction (an LBR record's): its file:line is read from
+    #: the byte before, where the call instruction ends.
+    call_source_is_return: bool = False
     #: Why a feature above is missing, for the one-line refusal: (feature, why) pairs,
     #: e.g. ("live", "it decodes its hits when disarmed").
     missing: tuple[tuple[str, str], ...] = ()

@@ -20,6 +20,7 @@ from pytest_lbr.capture.call_sites import call_sites
 from pytest_lbr.model import Branch, Hit, Location
 
 if TYPE_CHECKING:
+    from pytest_lbr.programs.info import ProgramDetails
     from pytest_lbr.symbols.kallsyms import KernelSymbols
 
 __all__ = [
@@ -63,7 +64,7 @@ def program_flow(
     from pytest_lbr.bpf.libbpf import BpfError
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.kernel.machine import machine
-    from pytest_lbr.programs.info import Btf, program_details
+    from pytest_lbr.programs.info import program_details
     from pytest_lbr.programs.lines import jited_image
     from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index
     from pytest_lbr.symbols.disasm import call_targets, disassemble
@@ -75,10 +76,7 @@ def program_flow(
         start, image = jited_image(fd)
     except (BpfError, OSError):
         return None
-    returns = None
-    if details.func_types:
-        with Btf(details.btf_id) as btf:
-            returns = btf.return_type(details.func_types[0])
+    returns = _returns_of(details)
     call_base = syms.address_of("__bpf_call_base")
     if not functions or not xlated or call_base is None:
         return None
@@ -161,16 +159,22 @@ def program_returns(fd: int) -> tuple[int, bool] | None:
     """What the program (an fd) returns, from its BTF (`Btf.return_type`): (size,
     signed) for an integer, (0, False) for void; None where unknown."""
     from pytest_lbr.bpf.libbpf import BpfError
-    from pytest_lbr.programs.info import Btf, program_details
+    from pytest_lbr.programs.info import program_details
 
     try:
-        details = program_details(fd)
-        if not details.func_types:
-            return None
-        with Btf(details.btf_id) as btf:
-            return btf.return_type(details.func_types[0])
+        return _returns_of(program_details(fd))
     except (BpfError, OSError):
         return None
+
+
+def _returns_of(details: ProgramDetails) -> tuple[int, bool] | None:
+    """What the main function of a program with these details returns (its BTF)."""
+    from pytest_lbr.programs.info import Btf
+
+    if not details.func_types:
+        return None
+    with Btf(details.btf_id) as btf:
+        return btf.return_type(details.func_types[0])
 
 
 def typed_returns(hits: list[Hit], returns: dict[str, tuple[int, bool] | None]) -> list[str]:

@@ -99,6 +99,7 @@ class LbrSession:
         self._backend: Backend | None = None
         if self.report_dir is not None and not self.is_worker:
             shutil.rmtree(self.report_dir / ".parts", ignore_errors=True)
+        config.stash[VERDICT_KEY] = self.verdict  # the results file's session record
 
     def _progress(self, message: str) -> None:
         """Library progress (a long DWARF read...) as a line of pytest's terminal output."""
@@ -194,6 +195,13 @@ class LbrSession:
                 )
         return self._probe
 
+    def verdict(self) -> TracingVerdict:
+        """Whether this session can trace (`probe`), and why not."""
+        if not self.enabled:
+            return TracingVerdict("", False, DISABLED_REASON)
+        available, backend, reason = self.probe()
+        return TracingVerdict(backend, available, reason)
+
     def close_backend(self) -> None:
         """Release what the session's backend kept set up (the graph backend's tracer)."""
         backend, self._backend = self._backend, None
@@ -286,8 +294,8 @@ class LbrSession:
                     self.traced_ok += 1
 
     def finish(self, session: pytest.Session) -> None:
-        """Exit status for bisecting, the tracing verdict (for the results file), the
-        HTML report (once, not per worker), and the line cache saved (per worker)."""
+        """Exit status for bisecting, the HTML report (once, not per worker), and the
+        line cache saved (per worker)."""
         self.close_backend()
         symbols = sys.modules.get("pytest_lbr.symbols")
         if symbols is not None:  # only if something was symbolized
@@ -295,12 +303,6 @@ class LbrSession:
         if self.enabled and self.traced_unavailable and not self.traced_ok:
             self.unavailable_reason = self.probe()[2]
             session.exitstatus = EXIT_CANNOT_TRACE
-        if self.enabled:
-            available, backend, reason = self.probe()
-            verdict = TracingVerdict(backend, available, reason)
-        else:
-            verdict = TracingVerdict("", False, DISABLED_REASON)
-        self.config.stash[VERDICT_KEY] = verdict
         if self.report_dir is not None and not self.is_worker:
             from pytest_lbr.report.render import write_html
 

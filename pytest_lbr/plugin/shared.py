@@ -8,6 +8,7 @@ watch (`splats.py`), the results file (`results_writer.py`) and coverage
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
@@ -31,7 +32,7 @@ _RECORD_KEY = pytest.StashKey[TestRecord]()
 
 
 class TracingVerdict(NamedTuple):
-    """Whether this session could trace, set by the lbr session as it finishes."""
+    """Whether this session could trace (the lbr session's backend probe)."""
 
     #: The backend that ran ("" without --lbr).
     backend: str
@@ -40,7 +41,10 @@ class TracingVerdict(NamedTuple):
     reason: str
 
 
-VERDICT_KEY = pytest.StashKey[TracingVerdict]()
+#: The lbr session's verdict, asked for when needed: it probes the backend if no test
+#: did (a probe at every session's end would clean up after a crashed xdist worker
+#: that a later session is meant to find).
+VERDICT_KEY = pytest.StashKey[Callable[[], TracingVerdict]]()
 
 
 def record_of(item: pytest.Item) -> TestRecord:
@@ -56,8 +60,9 @@ def known_record(item: pytest.Item) -> TestRecord | None:
 
 
 def tracing_verdict(config: pytest.Config) -> TracingVerdict:
-    """The lbr session's verdict (available once its `pytest_sessionfinish` ran)."""
-    return config.stash.get(VERDICT_KEY, TracingVerdict("", False, "tracing disabled"))
+    """Whether this session could trace, and why not."""
+    verdict = config.stash.get(VERDICT_KEY, None)
+    return verdict() if verdict is not None else TracingVerdict("", False, "tracing disabled")
 
 
 def option_group(parser: pytest.Parser) -> Any:

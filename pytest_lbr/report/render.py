@@ -259,7 +259,10 @@ def render_html(parts: list[dict[str, Any]], coverage: str = "") -> str:
     heading = f"pytest-lbr: {traced} traced test(s)"
     if splats:
         heading += f", {splats} with a kernel splat"
-    body = [f"<h1>{heading}</h1>", _index(parts)]
+    body = [f"<h1>{heading}</h1>"]
+    if coverage:
+        body.append('<p><a href="#coverage">Coverage of the BPF programs</a></p>')
+    body.append(_index(parts))
     body.extend(_section(i, p) for i, p in enumerate(parts))
     body.append(coverage)
     return (

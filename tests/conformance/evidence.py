@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from ctypes import CFUNCTYPE, c_int, c_size_t, c_void_p
 from dataclasses import dataclass
+from pathlib import Path
 
 from pytest_lbr.bpf import BpfObject, Map
 from pytest_lbr.bpf.libbpf import BpfError, check_int, lib
@@ -109,6 +110,28 @@ def assert_called(trace: Trace, by: str, names: Iterable[str]) -> None:
     print(called_table(trace, by, names))
     missing = [name for name in names if not trace.called(name, by=by)]
     assert not missing, (by, missing, text)
+
+
+def assert_call_lines(
+    trace: Trace, by: str, name: str, source: Path, *, merged: bool = False
+) -> None:
+    """Each call program `by` made of `name` (as its C source names it) is shown at a
+    line of `source` that names it: the call's own line, not the next statement's.
+    `merged`: the compiler made one call instruction of the calls on several lines
+    (two `bpf_printk`s on two paths), and gave it line 0, no one line: that is shown."""
+    if trace.no_branches:
+        return
+    lines = source.read_text().splitlines()
+    allowed = {n for n, text in enumerate(lines, 1) if name in text} | ({0} if merged else set())
+    shown = {
+        b.src.line
+        for b in trace.calls()
+        if b.dst.matches(name)
+        and b.src.symbol
+        and (b.src.symbol == by or b.src.symbol.endswith(f"_{by}"))
+    }
+    assert shown, (by, name, str(trace))
+    assert shown <= allowed, (f"{name} shown at lines {shown}", sorted(allowed))
 
 
 def lost_program_calls(trace: Trace) -> list[str]:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.conformance.evidence import (
+    assert_call_lines,
     assert_called,
     printk_lines,
     ring_buffer_records,
@@ -69,4 +71,5 @@ def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built):
     assert [h for h in trace.hits if h.pid == child.pid], text
     assert {h.pid for h in trace.hits} <= {child.pid, os.getpid()}, text
     assert_called(trace, PROG, HELPERS)
+    assert_call_lines(trace, PROG, "bpf_printk", Path(__file__).with_name("exec_tp.bpf.c"))
     assert "(unseen caller)" not in text, text

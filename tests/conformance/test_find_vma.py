@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.evidence import (
+    assert_call_lines,
     assert_called,
     called_table,
     global_vars,
@@ -76,6 +77,9 @@ def test_fentry_finds_the_mapping_of_our_getpid(bpf, lbr, built):
     text = str(trace)
     assert [h for h in trace.hits if h.pid == pid], text
     assert_called(trace, PROG, HELPERS)
+    # Its two bpf_printk calls (lines 55 and 60) are one call instruction (line 0).
+    source = Path(__file__).with_name("find_vma.bpf.c")
+    assert_call_lines(trace, PROG, "bpf_printk", source, merged=True)
     if not trace.no_branches:
         # The callback's calls are its own: bpf_find_vma runs record_vma, a function
         # of the program (`by` names the BPF function a call is made from).

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.conformance.evidence import (
+    assert_call_lines,
     assert_called,
     printk_lines,
     ring_buffer_records,
@@ -68,4 +70,8 @@ def test_raw_tracepoint_sees_the_childs_exec(bpf, lbr, built):
     text = str(trace)
     assert [h for h in trace.hits if h.pid == child.pid], text
     assert_called(trace, "raw_exec", HELPERS)
+    # Each call at its own line (not the next statement's: bpf_ringbuf_submit's).
+    source = Path(__file__).with_name("raw_tp.bpf.c")
+    assert_call_lines(trace, "raw_exec", "bpf_printk", source)
+    assert_call_lines(trace, "raw_exec", "bpf_ringbuf_submit", source)
     assert "(unseen caller)" not in text, text

@@ -270,7 +270,8 @@ class GraphRecorder:
 #: What the graph backend can do: every scope, streaming (`GraphCapture.poll()`),
 #: return values of single kernel functions (kretprobe), programs (fexit) and
 #: uretprobes (not of kfunc globs: a return event per function would cost a kprobe
-#: each), interrupt context; calls as branches, and no LBR branch filters.
+#: each), interrupt context; calls as branches (from their return addresses), and
+#: no LBR branch filters.
 GRAPH_CAPABILITIES = Capabilities(
     scopes=frozenset({"process", "children", "system", "pid", "cgroup"}),
     live=True,
@@ -278,6 +279,7 @@ GRAPH_CAPABILITIES = Capabilities(
     in_interrupt=True,
     branches=True,
     filters=False,
+    call_source_is_return=True,
 )
 
 
