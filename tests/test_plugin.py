@@ -172,6 +172,21 @@ def test_the_backend_is_probed_at_the_end_only_for_the_results_file(
         assert session["type"] == "session" and session["backend"], session
 
 
+@pytest.mark.parametrize(
+    "ini",
+    ["lbr_cov = true", "lbr_cov_report = lcov:cov.info"],
+    ids=["lbr_cov", "lbr_cov_report"],
+)
+def test_ini_keys_turn_coverage_on(pytester: pytest.Pytester, ini: str) -> None:
+    # Each ini key is read as its option is (a report asked for is coverage asked for).
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*lbr coverage: BPF programs*", "no BPF program was traced"])
+    assert (pytester.path / "cov.info").exists() == ini.startswith("lbr_cov_report")
+
+
 def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:
     pytester.makeini(
         "[pytest]\nlbr = true\nlbr_backend = graph\nlbr_golden_update = true\n"

@@ -67,10 +67,10 @@ class CoverageSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        reports = config.getoption("lbr_cov_report") or config.getini("lbr_cov_report") or []
+        reports = option(config, "lbr_cov_report") or []
         self.reports = [parse_report(r) for r in reports]
         # A report asked for is coverage asked for.
-        self.enabled = bool(config.getoption("lbr_cov") or config.getini("lbr_cov") or reports)
+        self.enabled = bool(option(config, "lbr_cov") or reports)
         self.is_worker = is_worker(config)
         self._collector: CoverageCollector | None = None
 
