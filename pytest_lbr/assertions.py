@@ -119,7 +119,7 @@ def _called_by_its_functions(trace: Trace, by: str) -> list[str]:
     made there are theirs, not the program's)."""
     out = []
     for name, prog in trace.programs().items():
-        if not _glob(name, by):
+        if not any(_glob(n, by) for n in prog.names):
             continue
         for fn in prog.functions[1:]:
             made: list[str] = []
@@ -132,17 +132,25 @@ def _called_by_its_functions(trace: Trace, by: str) -> list[str]:
     return out
 
 
+#: What a failure message says of a call that left no call behind.
+_LOST = {
+    "inlined": "inlined by this kernel's verifier",
+    "removed": "removed by this kernel's verifier as unreachable",
+    "unknown": "left no call (inlined or removed: cannot tell on this kernel)",
+}
+
+
 def _inlined_in(trace: Trace, helper: str, by: str | None) -> list[str]:
-    """One line per traced program (`by`, if given) whose verifier inlined `helper`,
-    naming the callback it was given and how often the trace saw it call out."""
+    """One line per traced program (`by`, if given) whose verifier inlined or removed
+    `helper`, naming the callback it was given and how often the trace saw it call out."""
     out = []
     for name, prog in trace.programs().items():
-        if by is not None and not _glob(name, by):
+        if by is not None and not any(_glob(n, by) for n in prog.names):
             continue
         for call in prog.calls:
-            if call.fate != "inlined" or not helper_matches(call.helper, helper):
+            if call.fate not in _LOST or not helper_matches(call.helper, helper):
                 continue
-            line = f"{call.helper}: inlined by this kernel's verifier in {name}"
+            line = f"{call.helper}: {_LOST[call.fate]} in {name}"
             if call.callback:
                 made = sum(1 for b in trace.calls() if b.src.symbol == call.callback)
                 line += f"; its callback {call.callback} made {made} call(s) in this trace"

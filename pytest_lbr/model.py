@@ -8,11 +8,14 @@ symbolized `Location`s.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
+from typing import Protocol
 
+from pytest_lbr.errors import UserError
 from pytest_lbr.macros import helpers_of
 
 __all__ = [
@@ -20,16 +23,19 @@ __all__ = [
     "CALL_KINDS",
     "FRAME_KINDS",
     "HELPER_FATES",
+    "KERNEL_NAME_MAX",
     "UNSEEN_CALLER",
     "EXCEPTION_ENTRY",
     "Branch",
     "HelperCall",
     "InlineFrame",
     "Hit",
+    "KnownNames",
     "Location",
     "PathMatch",
     "ProgramCalls",
     "Trace",
+    "TraceQueryError",
     "helper_matches",
 ]
 
@@ -59,14 +65,51 @@ CALL_KINDS = ("call", "ind_call")
 _CALLED_KINDS = (*CALL_KINDS, "implied")
 #: The kinds that open a frame of a call tree (a "ret" closes it).
 FRAME_KINDS = (*CALL_KINDS, "unseen")
+#: The longest name the kernel keeps for a program (BPF_OBJ_NAME_LEN - 1): a
+#: longer one is cut ("balancer_ingres" for balancer_ingress_v4).
+KERNEL_NAME_MAX = 15
 _UNSEEN = "(unseen caller)"
 _EXCEPTION = "(exception)"
 #: What the verifier made of a helper call the BPF C wrote: still a "call" of
 #: the helper's implementation; "rewritten" into a call of a map type's own
-#: function; "inlined" (no call left); "tail call"; "unknown" where this
-#: kernel's helper implementations could not be read, so a call left unmatched
-#: may have been rewritten as well as inlined.
-HELPER_FATES = ("call", "rewritten", "inlined", "tail call", "unknown")
+#: function; "inlined" (no call left: the verifier or the JIT put the helper's work
+#: in its place); "removed" (the verifier removed the code as unreachable, e.g. a
+#: branch on a frozen `const volatile`); "tail call"; "unknown" where a call left
+#: unmatched cannot be told apart on this kernel (its helper implementations could
+#: not be read, or it is newer than the table of inlined helpers).
+HELPER_FATES = ("call", "rewritten", "inlined", "removed", "tail call", "unknown")
+#: How a trace's text says what became of a call that left no call behind.
+_LOST_WORDS = {
+    "inlined": "inlined by the verifier",
+    "removed": "removed by the verifier as unreachable",
+    "unknown": "left no call (inlined or removed: cannot tell on this kernel)",
+}
+
+
+class TraceQueryError(UserError, ValueError):
+    """A trace query named something it cannot answer about: a `by` that is no
+    program or function of the trace, or a callee that exists nowhere (a typo).
+    A query never answers False about a name it does not know: `assert not
+    trace.called(...)` with a misspelt name would pass whatever the kernel did."""
+
+
+class KnownNames(Protocol):
+    """What exists beyond a trace's own records, asked only when a query would
+    answer False (the tracer's: `pytest_lbr.symbols.known`)."""
+
+    def traced(self) -> list[tuple[str, ...]]:
+        """Each traced program: (its name as the C wrote it, the kernel's 15-byte
+        name, its functions...), whether or not it ran."""
+        ...
+
+    def exists(self, pattern: str, *, kernel_only: bool = False) -> bool:
+        """Does `pattern` (glob) name a helper, kfunc, kernel function or a function
+        of a loaded BPF program (`kernel_only`: a kernel function)?"""
+        ...
+
+    def similar(self, name: str) -> list[str]:
+        """Names close to `name`, for the error message."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +131,8 @@ class HelperCall:
 class ProgramCalls:
     """A loaded program's helper calls as written and as translated by the verifier."""
 
-    #: The program's (main function's) name.
+    #: The program's name as the C wrote it (its main function's BTF name; the
+    #: kernel's name where the program has no BTF).
     program: str
     prog_id: int
     #: Its functions: the main function first, then subprograms and callbacks.
@@ -100,10 +144,44 @@ class ProgramCalls:
     written: bool = True
     #: Programs seen to tail-call into this one (through their program arrays).
     tail_called_by: tuple[str, ...] = ()
+    #: The kernel's name for it: at most 15 bytes (BPF_OBJ_NAME_LEN - 1), an alias
+    #: of `program` ("" when the same).
+    kernel_name: str = ""
 
     def inlined(self, helper: str) -> bool:
         """True if a call of `helper` (glob) was inlined by the verifier."""
-        return any(c.fate == "inlined" and helper_matches(c.helper, helper) for c in self.calls)
+        return self._fate_of(helper, "inlined")
+
+    def removed(self, helper: str) -> bool:
+        """True if a call of `helper` (glob) was removed by the verifier as unreachable."""
+        return self._fate_of(helper, "removed")
+
+    def _fate_of(self, helper: str, fate: str) -> bool:
+        return any(c.fate == fate and helper_matches(c.helper, helper) for c in self.calls)
+
+    def helper_of(self, function: str | None) -> str | None:
+        """The helper (as the C wrote it) that this program's call of kernel
+        function `function` stands for, if its calls say so; else None."""
+        for c in self.calls:
+            if c.function == function and c.fate in ("call", "rewritten") and function:
+                return c.helper
+        return None
+
+    def lost_calls(self) -> list[str]:
+        """What became of the calls that left no call behind, one phrase per fate:
+        "bpf_printk removed by the verifier as unreachable"."""
+        out = []
+        for fate, words in _LOST_WORDS.items():
+            helpers = sorted({c.helper for c in self.calls if c.fate == fate})
+            if helpers:
+                out.append(f"{', '.join(helpers)} {words}")
+        return out
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Its name, then the kernel's 15-byte alias where that differs."""
+        kernel = self.kernel_name
+        return (self.program, kernel) if kernel and kernel != self.program else (self.program,)
 
 
 @dataclass(frozen=True)
@@ -283,13 +361,17 @@ class Trace:
     #: The backend's records as read (graph: the tracefs instance's text), for
     #: finding out why a trace looks the way it does; never compared.
     capture_text: str = field(default="", repr=False, compare=False)
+    #: What exists beyond this trace's records, for refusing a query about a name
+    #: nothing has (`TraceQueryError`); None for a trace built by hand: then a callee
+    #: is checked against the trace's own names only where it has them.
+    known: KnownNames | None = field(default=None, repr=False, compare=False)
 
     def complete_from(self, finished: Trace) -> None:
         """Take what a finished capture recorded (`finished`) into this trace, keeping
-        its targets as the user gave them: the `Trace` a `with lbr.trace(...)` block
-        holds is empty inside the block and complete after it."""
+        its targets and names as the tracer gave them: the `Trace` a `with
+        lbr.trace(...)` block holds is empty inside the block and complete after it."""
         for f in fields(self):
-            if f.name != "targets":
+            if f.name not in ("targets", "known"):
                 setattr(self, f.name, getattr(finished, f.name))
 
     # -- queries -------------------------------------------------------------
@@ -312,20 +394,27 @@ class Trace:
         helpers ("bpf_printk", "BPF_CORE_READ": `pytest_lbr.macros`). A tail call
         into a program counts as a call of it by the program that tail-called; an
         "implied" call (graph backend: proven by the program's code) counts too.
+        `by` is a program or function as the C wrote it (the kernel's 15-byte
+        name of a program is an alias). Raises `TraceQueryError` for a `by` that
+        names no program or function of the trace (nor a kernel function), and for
+        a callee that exists nowhere: False means "not called", never "unknown".
         """
+        callers = None if by is None else self._callers(by)
         for b in self.branches():
             if not b.dst.matches(callee):
                 continue
-            if b.kind in _CALLED_KINDS and (by is None or _match(b.src.symbol, by)):
+            if b.kind in _CALLED_KINDS and (callers is None or _match_any(b.src.symbol, callers)):
                 return True
-            callers = b.tail_callers
-            if callers and (by is None or any(_match(c, by) for c in callers)):
+            tail = b.tail_callers
+            if tail and (callers is None or any(_match_any(c, callers) for c in tail)):
                 return True
+        self._check_exists(callee)
         return False
 
     def programs(self) -> dict[str, ProgramCalls]:
-        """The BPF programs whose code this trace went through, by name, with
-        their helper calls as written and as this kernel translated them."""
+        """The BPF programs whose code this trace went through, by name as the C
+        wrote it, with their helper calls as written and as this kernel translated
+        them."""
         out: dict[str, ProgramCalls] = {}
         for b in self.branches():
             for loc in (b.src, b.dst):
@@ -339,12 +428,119 @@ class Trace:
 
         Known for programs whose code the trace went through, loaded with the
         `bpf` fixture (their own call sites are compared with the translated
-        instructions); `programs()` shows every call site's fate.
+        instructions); `programs()` shows every call site's fate. A call the
+        verifier removed as unreachable is not inlined (`removed`). `by` as for
+        `called`, naming a program.
         """
-        return any(
-            (by is None or _match(name, by)) and prog.inlined(helper)
-            for name, prog in self.programs().items()
+        if any(p.inlined(helper) for p in self._programs_by(by)):
+            return True
+        self._check_exists(helper)
+        return False
+
+    def removed(self, helper: str, by: str | None = None) -> bool:
+        """True if this kernel's verifier removed a call of `helper` as unreachable
+        code in program `by` (any traced program if None): a branch it proved never
+        runs, such as one on a `const volatile` the loader froze."""
+        if any(p.removed(helper) for p in self._programs_by(by)):
+            return True
+        self._check_exists(helper)
+        return False
+
+    # -- names a query may use ---------------------------------------------------
+
+    def _program_names(self) -> list[tuple[str, ...]]:
+        """(name, kernel name, functions...) of each program traced or gone through."""
+        out = [(p.program, p.kernel_name, *p.functions) for p in self.programs().values()]
+        if self.known is not None:
+            out += self.known.traced()
+        for spec in self.targets:
+            if spec.startswith("prog:name:"):
+                out.append((spec.removeprefix("prog:name:"), ""))
+        return out
+
+    def _names_held(self) -> set[str]:
+        """Every function name this trace holds, and the kernel functions it targets."""
+        names = {loc.symbol for b in self.branches() for loc in (b.src, b.dst) if loc.symbol}
+        names.update(t.split(":", 1)[1] for t in self.targets if t.startswith("kfunc:"))
+        return names
+
+    def _callers(self, by: str) -> tuple[str, ...]:
+        """The names a caller `by` may have in this trace: `by`; the kernel's
+        15-byte name of a longer one (what a program without BTF is called); and
+        the full name of a traced program whose 15-byte name `by` is. Raises
+        `TraceQueryError` when none names a program or function of the trace, or
+        a kernel function, and when `by` is the 15-byte name of two programs."""
+        progs = self._program_names()
+        names = {by}
+        if not _is_glob(by) and len(by.encode()) > KERNEL_NAME_MAX:
+            stump = by.encode()[:KERNEL_NAME_MAX].decode(errors="ignore")
+            # Only where no program of that stump has its full name known (BTF):
+            # else "getppid_counter_typo" would name getppid_counter_with_long_name.
+            if not any(p[1] == stump and p[0] != stump for p in progs):
+                names.add(stump)
+        if not any(_match(p[0], by) for p in progs):
+            aliased = sorted({p[0] for p in progs if p[1] and _match(p[1], by)})
+            if len(aliased) > 1 and not _is_glob(by):
+                raise TraceQueryError(
+                    f"by={by!r} is the kernel's 15-byte name of {len(aliased)} traced "
+                    f"programs ({', '.join(aliased)}): name one as the C wrote it"
+                )
+            names.update(aliased)
+        if (
+            any(_match_any(n, names) for p in progs for n in p)
+            or any(_match_any(s, names) for s in self._names_held())
+            or (self.known is not None and self.known.exists(by, kernel_only=True))
+        ):
+            return tuple(sorted(names))
+        raise TraceQueryError(
+            f"by={by!r} names no program or function of this trace "
+            f"(nor a kernel function){self._nearest(by, progs)}"
         )
+
+    def _programs_by(self, by: str | None) -> list[ProgramCalls]:
+        """The programs of this trace `by` names (all if None); raises
+        `TraceQueryError` where `by` names no traced program."""
+        progs = list(self.programs().values())
+        if by is None:
+            return progs
+        names = self._callers(by)
+        found = [p for p in progs if any(_match_any(n, names) for n in p.names)]
+        traced = self._program_names()
+        if not found and not any(_match_any(n, names) for p in traced for n in p[:2]):
+            raise TraceQueryError(
+                f"by={by!r} names no BPF program of this trace{self._nearest(by, traced)}"
+            )
+        return found
+
+    def _check_exists(self, name: str) -> None:
+        """Raise `TraceQueryError` unless `name` (glob) names something that exists."""
+        if helpers_of(name) or any(_match(s, name) for s in self._names_held()):
+            return
+        for b in self.branches():
+            if (b.dst.helper and helper_matches(b.dst.helper, name)) or (
+                b.src.helper and helper_matches(b.src.helper, name)
+            ):
+                return
+        progs = self._program_names()
+        if any(_match(n, name) for p in progs for n in p):
+            return
+        for prog in self.programs().values():
+            if any(helper_matches(c.helper, name) for c in prog.calls):
+                return
+        if self.known is None or self.known.exists(name):
+            return
+        raise TraceQueryError(
+            f"{name!r} names no helper, kfunc, kernel function or function of a loaded "
+            f"BPF program{self._nearest(name, progs)}"
+        )
+
+    def _nearest(self, name: str, progs: list[tuple[str, ...]]) -> str:
+        """ "; nearest: a, b" for an error message ("" when nothing is close)."""
+        pool = {n for p in progs for n in p if n} | self._names_held()
+        if self.known is not None:
+            pool.update(self.known.similar(name))
+        close = difflib.get_close_matches(name, sorted(pool), n=4, cutoff=0.6)
+        return f"; nearest: {', '.join(close)}" if close else ""
 
     def functions(self) -> list[str]:
         """Functions in execution order across all hits, consecutive repeats collapsed.
@@ -366,8 +562,14 @@ class Trace:
         return [loc for i, loc in enumerate(out) if i == 0 or out[i - 1].symbol != loc.symbol]
 
     def has_path(self, *functions: str) -> bool:
-        """True if `functions` appear in this order in `functions()` (gaps allowed)."""
-        return self.closest_path(*functions).complete
+        """True if `functions` appear in this order in `functions()` (gaps allowed).
+        Raises `TraceQueryError` for a function of the path that exists nowhere."""
+        match = self.closest_path(*functions)
+        if match.complete:
+            return True
+        for name in functions[len(match.matched) :]:
+            self._check_exists(name)
+        return False
 
     def closest_path(self, *functions: str) -> PathMatch:
         """The longest prefix of `functions` found in order: explains a failed has_path."""
@@ -435,6 +637,10 @@ def format_trace(trace: Trace) -> str:
         f"hits={len(trace.hits)} lost={trace.lost}"
     ]
     out.extend(f"# note: {n}" for n in trace.notes)
+    for name, prog in trace.programs().items():
+        lost = prog.lost_calls()
+        if lost:
+            out.append(f"# program {name}: {'; '.join(lost)}")
     for hit in trace.hits:
         out.append(format_hit_header(hit))
         if hit.branches:
@@ -452,6 +658,14 @@ def _match(name: str | None, pattern: str) -> bool:
     if name is None:
         return False
     return name == pattern or fnmatch.fnmatchcase(name, pattern)
+
+
+def _match_any(name: str | None, patterns: Iterable[str]) -> bool:
+    return any(_match(name, p) for p in patterns)
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
 
 
 def _locations(branches: Iterable[Branch]) -> Iterator[Location]:

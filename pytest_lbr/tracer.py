@@ -28,7 +28,7 @@ from pytest_lbr.capture import (
     resolve_backend,
 )
 from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
-from pytest_lbr.model import CALL_KINDS, Branch, Hit, Location, Trace
+from pytest_lbr.model import CALL_KINDS, Branch, Hit, Location, ProgramCalls, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import Target, parse_targets
 
@@ -160,6 +160,9 @@ class Tracer:
             capture.close()
         finish(capture, done.hits, self._vmlinux, chosen.capabilities, recorded_by=stopped)
         trace.complete_from(done)
+        from pytest_lbr.symbols.known import TracerNames
+
+        trace.known = TracerNames(parsed)
         for listener in self.finished:
             listener(trace, parsed)
 
@@ -275,10 +278,26 @@ def add_source_lines(
             return memo[1]
         returns = call_source_is_return and b.kind in _CALLS
         src, dst = call_source(b.src) if returns else better(b.src), better(b.dst)
+        if b.kind in _CALLS and src.program is not None and dst.module is None:
+            dst = helper_called(src.program, dst)
         out = b
         if src is not b.src or dst is not b.dst:
             out = Branch(src, dst, b.kind, b.mispredicted, b.cycles)
         done[id(b)] = (b, out)
+        return out
+
+    # A program's call of a kernel function, named with the helper that program's
+    # C wrote for it (`ProgramCalls.helper_of`): the same function called from
+    # elsewhere (the map syscall's update) is no helper call.
+    as_helper: dict[tuple[int, int], Location] = {}
+
+    def helper_called(prog: ProgramCalls, dst: Location) -> Location:
+        key = (prog.prog_id, dst.addr)
+        out = as_helper.get(key)
+        if out is None:
+            helper = prog.helper_of(dst.symbol)
+            out = dst if helper is None or helper == dst.helper else replace(dst, helper=helper)
+            as_helper[key] = out
         return out
 
     for h in hits:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.macros import MACRO_HELPERS, helpers_of
-from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.model import Branch, Hit, Location, Trace, TraceQueryError
 
 HEADERS = Path("/usr/include/bpf")
 _DEFINE = re.compile(r"^#define\s+(\w+)(?:\(|\s)(.*)$")
@@ -69,5 +69,7 @@ def test_called_takes_the_macro_the_source_wrote() -> None:
     assert trace.called("BPF_CORE_READ", by="handle_exec")
     assert trace.called("bpf_core_read")
     assert not trace.called("BPF_SEQ_PRINTF")
-    assert not trace.called("bpf_printk", by="other")
+    with pytest.raises(TraceQueryError, match="by='other' names no program or function"):
+        trace.called("bpf_printk", by="other")  # a caller the trace does not hold
+    assert not trace.called("bpf_printk", by="bpf_probe_read_kernel")
     assert helpers_of("bpf_map_lookup_elem") == ()

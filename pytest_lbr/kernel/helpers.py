@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import struct
 import threading
 from collections.abc import Callable, Iterable
@@ -34,10 +35,12 @@ __all__ = [
     "decode_insns",
     "helper_ids",
     "helper_implementations",
+    "map_op_implementations",
     "map_type",
     "object_helper_calls",
     "prog_array_members",
     "remember_written",
+    "verifier_inlines",
     "written_insns",
     "xlated_calls",
     "xlated_insns",
@@ -46,6 +49,8 @@ __all__ = [
 #: BPF_FUNC_tail_call in uapi linux/bpf.h (stable ABI since Linux 4.2).
 BPF_FUNC_TAIL_CALL = 12
 _BPF_CALL = 0x85  # BPF_JMP | BPF_CALL
+#: Above every helper id (__BPF_FUNC_MAX_ID is 212 in v6.12).
+_MAX_HELPER_ID = 1024
 _PSEUDO_CALL = 1  # src_reg of a call into a subprogram of the same program
 _PSEUDO_KFUNC_CALL = 2
 _BTF_KIND_ENUM = 6
@@ -86,6 +91,12 @@ class XlatedCall:
     tail_call: bool
     #: The called kernel function's address (`__bpf_call_base + imm`); 0 for a tail call.
     addr: int
+    #: The `imm` when it may be a helper id the verifier left for the JIT to inline:
+    #: a JIT that inlines a helper itself (bpf_jit_inlines_helper_call(),
+    #: kernel/bpf/core.c; arm64's for bpf_get_smp_processor_id) keeps the call's `imm`
+    #: the helper's id, not an offset from `__bpf_call_base` (do_misc_fixups skips
+    #: it). Then `addr` names no function. None for a larger `imm`.
+    helper_id: int | None = None
 
 
 def xlated_insns(fd: int) -> bytes:
@@ -108,7 +119,8 @@ def xlated_calls(raw: bytes, call_base: int) -> list[XlatedCall]:
         if insn.imm == BPF_FUNC_TAIL_CALL:
             out.append(XlatedCall(i, True, 0))
         else:
-            out.append(XlatedCall(i, False, call_base + insn.imm))
+            small = insn.imm if 0 < insn.imm < _MAX_HELPER_ID else None
+            out.append(XlatedCall(i, False, call_base + insn.imm, small))
     return out
 
 
@@ -258,6 +270,121 @@ def helper_implementations(
     finally:
         mem.close()
     return out, ""
+
+
+#: struct bpf_map_ops members the verifier calls directly for a helper's call
+#: (kernel/bpf/verifier.c, do_misc_fixups: "patch_map_ops_generic"; Linux kernel
+#: commit 09772d92cd5a ("bpf: avoid retpoline for lookup/update/delete calls on
+#: maps") (in v5.0), extended since to the rest of this table).
+MAP_OP_HELPERS = {
+    "map_lookup_elem": "bpf_map_lookup_elem",
+    "map_update_elem": "bpf_map_update_elem",
+    "map_delete_elem": "bpf_map_delete_elem",
+    "map_push_elem": "bpf_map_push_elem",
+    "map_pop_elem": "bpf_map_pop_elem",
+    "map_peek_elem": "bpf_map_peek_elem",
+    "map_redirect": "bpf_redirect_map",
+    "map_for_each_callback": "bpf_for_each_map_elem",
+    "map_lookup_percpu_elem": "bpf_map_lookup_percpu_elem",
+}
+
+
+def map_op_implementations(
+    locate: Callable[[int], str | None], listed: Iterable[tuple[str, int]]
+) -> dict[str, str]:
+    """kernel function -> the helper a BPF program's call of it was written as, for
+    every map type's `struct bpf_map_ops` (`*_map_ops` data symbols in `listed`).
+
+    A program calls `htab_map_update_elem` only because the verifier rewrote its
+    `bpf_map_update_elem()` into the map's own op, so this names the calls of programs
+    loaded elsewhere (bcc, bpftool), whose instructions as written are unknown. A
+    hash map's lookup is inlined around a call of `__htab_map_lookup_elem`
+    (htab_map_gen_lookup, kernel/bpf/hashtab.c: Linux kernel commit 9015d2f59535
+    ("bpf: inline htab_map_lookup_elem()") (in v4.13)): "__" + a lookup op names
+    a lookup too. Empty without root, kcore or the kernel's BTF.
+    """
+    ops = [(name, addr) for name, addr in listed if name.endswith("_map_ops")]
+    if not ops:
+        return {}
+    from pytest_lbr.kernel.kernel_btf import member_offset
+
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf or lib.libbpf_get_error(btf):
+        return {}
+    try:
+        offsets = {
+            field: off
+            for field in MAP_OP_HELPERS
+            if (off := member_offset(btf, "bpf_map_ops", field)) is not None
+        }
+    finally:
+        lib.btf__free(btf)
+    try:
+        mem = KernelMemory()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        for _, addr in ops:
+            for field, off in offsets.items():
+                raw = mem.read(addr + off, 8)
+                ptr = struct.unpack("<Q", raw)[0] if raw else 0
+                func = locate(ptr) if ptr else None
+                if func is None:
+                    continue
+                out.setdefault(func, MAP_OP_HELPERS[field])
+                if field == "map_lookup_elem":
+                    out.setdefault(f"__{func}", "bpf_map_lookup_elem")
+    finally:
+        mem.close()
+    return out
+
+
+#: Helpers the verifier replaces with instructions of its own (no call is left in
+#: the translated program), with the first release that does it (kernel/bpf/verifier.c).
+#: Checked against the running kernels up to `_INLINES_CHECKED_UP_TO`; for a newer
+#: kernel a call missing from the translation is "unknown" unless listed here.
+_VERIFIER_INLINES: dict[str, tuple[tuple[int, int], frozenset[str]]] = {
+    # map_gen_lookup: array maps, Linux kernel commit 81ed18ab3098 ("bpf: add helper
+    # inlining infra and optimize map_array lookup") (in v4.12); hash maps 9015d2f59535 (v4.13).
+    "bpf_map_lookup_elem": ((4, 13), frozenset({"x86_64", "aarch64"})),
+    # 5576b991e9c1 ("bpf: Add BPF_FUNC_jiffies64") (in v5.5): on 64-bit with a JIT.
+    "bpf_jiffies64": ((5, 5), frozenset({"x86_64", "aarch64"})),
+    # 9b99edcae5c8 ("bpf: Add bpf_get_func_ip helper for tracing programs") (in v5.15).
+    "bpf_get_func_ip": ((5, 15), frozenset({"x86_64", "aarch64"})),
+    # f92c1e183604 ("bpf: Add get_func_[arg|ret|arg_cnt] helpers") (in v5.17).
+    "bpf_get_func_arg": ((5, 17), frozenset({"x86_64", "aarch64"})),
+    "bpf_get_func_ret": ((5, 17), frozenset({"x86_64", "aarch64"})),
+    "bpf_get_func_arg_cnt": ((5, 17), frozenset({"x86_64", "aarch64"})),
+    # 1ade23711971 ("bpf: Inline calls to bpf_loop when callback is known") (in v5.19).
+    "bpf_loop": ((5, 19), frozenset({"x86_64", "aarch64"})),
+    # 314a53623cd4 ("bpf: inline bpf_get_branch_snapshot() helper") (in v6.9): x86-64.
+    "bpf_get_branch_snapshot": ((6, 9), frozenset({"x86_64"})),
+    # 1ae6921009e5 ("bpf: inline bpf_get_smp_processor_id() helper") (in v6.10): x86-64.
+    "bpf_get_smp_processor_id": ((6, 10), frozenset({"x86_64"})),
+    # b4b7a4099b8c ("bpf: Support inlining bpf_kptr_xchg() helper") (in v6.10).
+    "bpf_kptr_xchg": ((6, 10), frozenset({"x86_64", "aarch64"})),
+}
+#: The newest series whose verifier the table above was checked against (Debian's 6.12).
+_INLINES_CHECKED_UP_TO = (6, 12)
+
+
+def _series(release: str) -> tuple[int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)", release)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def verifier_inlines(helper: str, release: str, arch: str) -> bool | None:
+    """Does this kernel's verifier inline calls of `helper` (on `arch`, `uname -m`)?
+    None when the kernel is newer than the table was checked against and does not
+    list it: a call missing from its translation may be either."""
+    since = _VERIFIER_INLINES.get(helper)
+    series = _series(release)
+    if since is not None and series is not None and series >= since[0] and arch in since[1]:
+        return True
+    if series is None or series > _INLINES_CHECKED_UP_TO:
+        return None
+    return False
 
 
 class _bpf_map_info(Structure):  # noqa: N801 -- uapi name; the head we read

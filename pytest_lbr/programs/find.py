@@ -18,13 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pytest_lbr.bpf.libbpf import BpfError, check_int, lib
+from pytest_lbr.model import KERNEL_NAME_MAX
 from pytest_lbr.programs.info import Btf, open_program, program_details, program_ids
 from pytest_lbr.targets import Target, TargetError, parse_target
 
 __all__ = ["ProgramInfo", "ProgramRef", "jited_ranges", "list_programs", "resolve_program"]
 
-# The kernel keeps BPF_OBJ_NAME_LEN - 1 bytes of a program's name.
-_KERNEL_NAME_MAX = 15
 # How many candidate names an error message lists before "...".
 _LIST_MAX = 12
 
@@ -181,7 +180,7 @@ def _names_match(pi: ProgramInfo, name: str) -> bool:
     if name in (pi.name, pi.display_name):
         return True
     # Without BTF the kernel only knows the first 15 bytes of a long name.
-    return len(name) > _KERNEL_NAME_MAX and name[:_KERNEL_NAME_MAX] == pi.name
+    return len(name) > KERNEL_NAME_MAX and name[:KERNEL_NAME_MAX] == pi.name
 
 
 def _pick_many_error(spec: str, what: str, ids: list[int]) -> TargetError:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from ..bpf.libbpf import BpfError, prog_info
 from ..kernel.helpers import BPF_MAP_TYPE_PROG_ARRAY, map_type
-from ..model import Location, ProgramCalls
+from ..model import KERNEL_NAME_MAX, Location, ProgramCalls
 from .helper_calls import tail_callers
 from .info import Btf, open_program, program_details, program_ids
 
@@ -58,6 +58,8 @@ class ProgramLines:
     lines: list[tuple[int, str | None, int]]
     #: Its helper calls as written and as translated (None: not described).
     calls: ProgramCalls | None = None
+    #: The kernel's name for it (15 bytes at most): `name` is the C's.
+    kernel_name: str = ""
 
     def locate(self, addr: int) -> Location | None:
         """The Location of `addr` if it is inside this program's JIT image."""
@@ -108,7 +110,10 @@ def read_program(fd: int) -> ProgramLines:
             file = btf.string(li.file_name_off)
             lines.append((addr, source_path(file) if file else None, li.line_col >> 10))
     lines.sort()
-    return ProgramLines(d.id, d.name, d.tag, funcs, lines)
+    # Named as the C wrote it: its main function's BTF name, where the kernel keeps
+    # 15 bytes (BPF_OBJ_NAME_LEN - 1: "balancer_ingres" for balancer_ingress_v4).
+    name = funcs[0].name if funcs and d.func_types else d.name
+    return ProgramLines(d.id, name, d.tag, funcs, lines, kernel_name=d.name)
 
 
 def jited_image(fd: int) -> tuple[int, bytes]:
@@ -276,11 +281,34 @@ class BpfPrograms:
             for span in self.spans.values():
                 for map_id in span.map_ids:
                     if self._map_type(map_id) == BPF_MAP_TYPE_PROG_ARRAY:
-                        arrays.setdefault(map_id, []).append(span.name)
+                        arrays.setdefault(map_id, []).append(self._full_name(span))
             self._callers = tail_callers(arrays)
             live = {m for span in self.spans.values() for m in span.map_ids}
             self._map_types = {m: t for m, t in self._map_types.items() if m in live}
         return self._callers
+
+    def _full_name(self, span: ProgramSpan) -> str:
+        """A program's name as the C wrote it: the kernel's is cut at 15 bytes, so a
+        name of 15 is read from its BTF (once: its tables keep it)."""
+        prog = self.programs.get(span.prog_id)
+        if prog is not None:
+            return prog.name
+        if len(span.name.encode()) < KERNEL_NAME_MAX:
+            return span.name
+        try:
+            fd = open_program(span.prog_id)
+        except BpfError:
+            return span.name
+        try:
+            d = program_details(fd)
+            if d.func_types:
+                with Btf(d.btf_id) as btf:
+                    return btf.name(d.func_types[0]) or span.name
+        except BpfError:
+            pass
+        finally:
+            os.close(fd)
+        return span.name
 
     def _map_type(self, map_id: int) -> int | None:
         """The type of map `map_id`, remembered (a map's type never changes); None if gone."""

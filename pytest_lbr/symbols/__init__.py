@@ -139,11 +139,13 @@ class Symbolizer:
                 frames = found.get(a - self.kaslr_offset, ())
                 out[a] = frames_to_location(a, loc.symbol, loc.offset, loc.module, frames)
         if self._helpers is not None:
-            # Last: the programs read above may have named new rewrites.
-            implements = self._helpers.implements
+            # A helper's own implementation is that helper for every caller; what a
+            # program's call of a map's function stands for is that program's own
+            # fact, named per call (`tracer.add_source_lines`).
+            protos = self._helpers.protos
             for a, loc in out.items():
-                if loc.module is None and loc.symbol in implements:
-                    out[a] = dataclasses.replace(loc, helper=implements[loc.symbol])
+                if loc.module is None and loc.symbol in protos:
+                    out[a] = dataclasses.replace(loc, helper=protos[loc.symbol])
         return out
 
     def _describe(self, fd: int, prog: ProgramLines) -> ProgramCalls:
@@ -155,7 +157,9 @@ class Symbolizer:
                 self._vmlinux_data_address,
                 self.kallsyms.protos,
             )
-        return self._helpers.describe(fd, prog.prog_id, prog.name, [f.name for f in prog.funcs])
+        return self._helpers.describe(
+            fd, prog.prog_id, (prog.name, prog.kernel_name), [f.name for f in prog.funcs]
+        )
 
     def _vmlinux_data_address(self, name: str) -> int | None:
         """A symbol's live address from the debug vmlinux (None without one)."""

@@ -64,8 +64,9 @@ class KernelSymbols:
         self._modules: tuple[str, list[tuple[int, str, str | None, str]]] | None = None
         #: time.monotonic() when the table was last read (just before reading).
         self.read_at = 0.0
-        #: (name, address) of the core kernel's `*_proto` data symbols, in file
-        #: order (a helper's `struct bpf_func_proto`, `kernel.helpers`); None when
+        #: (name, address) of the core kernel's `*_proto` and `*_map_ops` data
+        #: symbols, in file order (a helper's `struct bpf_func_proto`, a map type's
+        #: `struct bpf_map_ops`: `kernel.helpers`); None when
         #: the file was read line by line, which keeps no data symbols.
         self.protos: list[tuple[str, int]] | None = None
         self.reload()
@@ -265,11 +266,12 @@ def _core_columns(words: list[str], lines: int) -> tuple[list[int], list[str], l
 
 
 def _protos(words: list[str]) -> list[tuple[str, int]]:
-    """(name, address) of the `*_proto*` data symbols of `words` (three per line,
+    """(name, address) of the `*_proto*` and `*_map_ops` data symbols of `words` (three per line,
     checked by `_core_columns`), in file order, hidden (zero) addresses left out."""
     names = words[2::3]
     # "_proto" anywhere: some are named bpf_get_stackid_proto_tp (kernel/trace/bpf_trace.c).
-    is_proto = list(map(str.__contains__, names, repeat("_proto")))
+    # The maps' `struct bpf_map_ops` (`htab_map_ops`) name the ops programs call.
+    is_proto = [("_proto" in n or n.endswith("_map_ops")) for n in names]
     out: list[tuple[str, int]] = []
     columns = (compress(words[0::3], is_proto), compress(words[1::3], is_proto))
     for addr, kind, name in zip(*columns, compress(names, is_proto), strict=True):

@@ -8,10 +8,13 @@ helper they implement, BPF code carries its program's helper calls.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pytest_lbr.assertions import explain_called
 from pytest_lbr.golden.compare import Comparison
+from pytest_lbr.kernel.helpers import verifier_inlines
 from pytest_lbr.model import UNSEEN_CALLER, Branch, HelperCall, Hit, Location, ProgramCalls, Trace
+from pytest_lbr.programs.helper_calls import Facts
 
 ENTRY = ProgramCalls(
     "entry",
@@ -162,8 +165,17 @@ def guest_programs(kernel: str) -> dict[str, ProgramCalls]:
             bytes.fromhex(p["xlated"]),
             bytes.fromhex(p["written"]),
         )
-        out[p["name"]] = describe_calls(code, d["call_base"], names.get, ids, d["implements"])
+        out[p["name"]] = describe_calls(code, d["call_base"], names.get, ids, facts(d))
     return out
+
+
+def facts(d: dict[str, Any], protos: dict[str, str] | None = None) -> Facts:
+    """The kernel-wide facts a recorded guest gave (its release for the inlined helpers)."""
+    release = d["kernel"]
+    return Facts(
+        d["implements"] if protos is None else protos,
+        inlines=lambda helper: verifier_inlines(helper, release, "x86_64"),
+    )
 
 
 def fates(prog: ProgramCalls) -> list[tuple[str, str, str | None, str | None]]:
@@ -223,7 +235,7 @@ def test_a_program_loaded_elsewhere_lists_only_the_calls_it_still_makes() -> Non
     entry = next(p for p in d["programs"] if p["name"] == "entry")
     code = ProgramCode("entry", 1, ("entry",), bytes.fromhex(entry["xlated"]), None)
     names = {int(a): n for a, n in d["symbols"].items()}
-    prog = describe_calls(code, d["call_base"], names.get, {}, d["implements"])
+    prog = describe_calls(code, d["call_base"], names.get, {}, facts(d))
     assert not prog.written
     assert fates(prog) == [
         ("bpf_tail_call", "tail call", None, None),
@@ -269,6 +281,6 @@ def test_without_the_implementations_nothing_is_called_inlined_or_rewritten() ->
         bytes.fromhex(p["xlated"]),
         bytes.fromhex(p["written"]),
     )
-    prog = describe_calls(code, d["call_base"], names.get, ids, {})
+    prog = describe_calls(code, d["call_base"], names.get, ids, facts(d, {}))
     assert {c.fate for c in prog.calls} == {"unknown"}, fates(prog)
     assert not prog.inlined("bpf_map_lookup_elem")
