@@ -19,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_lbr.model import Branch, Hit, InlineFrame, Location, Trace
+    from pytest_lbr.model import Branch, Hit, InlineFrame, Location, Trace, TraceQueryError
     from pytest_lbr.targets import Target, TargetError
     from pytest_lbr.tracer import Tracer, TracingUnavailable
 
@@ -29,6 +29,7 @@ _WHERE = {
     "InlineFrame": "model",
     "Location": "model",
     "Trace": "model",
+    "TraceQueryError": "model",
     "Target": "targets",
     "TargetError": "targets",
     "Tracer": "tracer",
@@ -42,6 +43,7 @@ __all__ = [
     "Target",
     "TargetError",
     "Trace",
+    "TraceQueryError",
     "Tracer",
     "TracingUnavailable",
 ]

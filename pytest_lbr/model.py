@@ -448,10 +448,11 @@ class Trace:
 
     # -- names a query may use ---------------------------------------------------
 
-    def _program_names(self) -> list[tuple[str, ...]]:
-        """(name, kernel name, functions...) of each program traced or gone through."""
+    def _program_names(self, targets: bool = True) -> list[tuple[str, ...]]:
+        """(name, kernel name, functions...) of each program gone through, and
+        (`targets`) each program traced, whether or not it ran."""
         out = [(p.program, p.kernel_name, *p.functions) for p in self.programs().values()]
-        if self.known is not None:
+        if targets and self.known is not None:
             out += self.known.traced()
         for spec in self.targets:
             if spec.startswith("prog:name:"):
@@ -470,7 +471,15 @@ class Trace:
         the full name of a traced program whose 15-byte name `by` is. Raises
         `TraceQueryError` when none names a program or function of the trace, or
         a kernel function, and when `by` is the 15-byte name of two programs."""
-        progs = self._program_names()
+        try:
+            # What the trace holds answers most: the targets are read only if not.
+            return self._callers_among(by, self._program_names(targets=False))
+        except TraceQueryError:
+            if self.known is None:
+                raise
+        return self._callers_among(by, self._program_names())
+
+    def _callers_among(self, by: str, progs: list[tuple[str, ...]]) -> tuple[str, ...]:
         names = {by}
         if not _is_glob(by) and len(by.encode()) > KERNEL_NAME_MAX:
             stump = by.encode()[:KERNEL_NAME_MAX].decode(errors="ignore")
