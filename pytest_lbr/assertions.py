@@ -93,10 +93,9 @@ def explain_called(trace: Trace, callee: str, by: str | None = None) -> str:
     inlined = _inlined_in(trace, callee, by)
     if callers:
         lines.append(f"  {callee} was called, but by: {_names(callers)}")
-    elif inlined:
-        lines.extend(f"  {line}" for line in inlined)
-    else:
+    elif not inlined or _still_called(trace, callee, by):
         lines.append(f"  no call into {callee} at all")
+    lines.extend(f"  {line}" for line in inlined if not callers)
     if by is not None:
         made: list[str] = []
         for b in trace.calls():
@@ -108,6 +107,17 @@ def explain_called(trace: Trace, callee: str, by: str | None = None) -> str:
     if not trace.hits:
         lines.append("  the trace is empty: the target never fired while armed")
     return "\n".join(lines)
+
+
+def _still_called(trace: Trace, helper: str, by: str | None) -> bool:
+    """Does a program (`by`, if given) still call `helper` at some call site (the
+    others inlined or removed: BPF_KSYSCALL writes the body twice, one copy dead)?"""
+    return any(
+        call.fate in ("call", "rewritten") and helper_matches(call.helper, helper)
+        for prog in trace.programs().values()
+        if by is None or any(_glob(n, by) for n in prog.names)
+        for call in prog.calls
+    )
 
 
 def _helper_note(loc: Location) -> str:
