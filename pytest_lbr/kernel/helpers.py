@@ -95,7 +95,7 @@ class XlatedCall:
     #: a JIT that inlines a helper itself (bpf_jit_inlines_helper_call(),
     #: kernel/bpf/core.c; arm64's for bpf_get_smp_processor_id) keeps the call's `imm`
     #: the helper's id, not an offset from `__bpf_call_base` (do_misc_fixups skips
-    #: it). Then `addr` names no function. None for a larger `imm`.
+    #: it). None for a larger `imm`.
     helper_id: int | None = None
 
 

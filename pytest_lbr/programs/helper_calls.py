@@ -320,9 +320,13 @@ def describe_calls(
     ran: list[str] = []
     if call_base is not None:
         for call in xlated_calls(code.xlated, call_base):
-            found = TAIL_CALL if call.tail_call else locate(call.addr)
-            if found is None and call.helper_id is not None and call.helper_id in ids:
-                found = JIT_INLINED + ids[call.helper_id]
+            if call.helper_id is not None and call.helper_id in ids:
+                # A helper's id, not an offset: no function a program calls lies within
+                # a page after __bpf_call_base (the interpreter's own code follows it in
+                # kernel/bpf/core.c), though a function may (arm64 aligns them closely).
+                found: str | None = JIT_INLINED + ids[call.helper_id]
+            else:
+                found = TAIL_CALL if call.tail_call else locate(call.addr)
             ran.append(found if found is not None else f"{call.addr:#x}")
     if code.written is None:
         # Loaded elsewhere: only the calls the kernel still makes are known, named

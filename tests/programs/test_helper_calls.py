@@ -284,3 +284,60 @@ def test_without_the_implementations_nothing_is_called_inlined_or_rewritten() ->
     prog = describe_calls(code, d["call_base"], names.get, ids, facts(d, {}))
     assert {c.fate for c in prog.calls} == {"unknown"}, fates(prog)
     assert not prog.inlined("bpf_map_lookup_elem")
+
+
+def _calls(*imms: int) -> bytes:
+    """BPF instructions: one helper call (BPF_JMP | BPF_CALL, src 0) per `imm`, then exit."""
+    import struct
+
+    return b"".join(struct.pack("<BBhi", 0x85, 0, 0, imm) for imm in imms) + struct.pack(
+        "<BBhi", 0x95, 0, 0, 0
+    )
+
+
+def test_removed_calls_are_told_from_inlined_ones_by_the_kernel_s_inlined_helpers() -> None:
+    """libbpf-tools' way: code under a frozen `const volatile` is removed by the
+    verifier; what is left of a helper it never inlines was removed, not inlined."""
+    from pytest_lbr.programs.helper_calls import ProgramCode, describe_calls
+
+    ids = {1: "bpf_map_lookup_elem", 6: "bpf_trace_printk", 16: "bpf_get_current_comm"}
+    ids[118] = "bpf_jiffies64"
+    base = 0xFFFFFFFF81000000
+    names = {base + 0x5000: "__htab_map_lookup_elem"}
+    written = _calls(16, 6, 1, 118)
+    xlated = _calls(0x5000)  # the lookup rewritten; comm and printk gone; jiffies64 inlined
+    protos = {"bpf_get_current_comm": "bpf_get_current_comm"}
+    for release, fates_seen in (
+        ("6.12.117+deb12-amd64", ["removed", "removed", "rewritten", "inlined"]),
+        ("6.1.0-56-amd64", ["removed", "removed", "rewritten", "inlined"]),
+        ("6.18.0", ["unknown", "unknown", "rewritten", "inlined"]),  # newer than the table
+    ):
+        known = Facts(protos, inlines=lambda h, r=release: verifier_inlines(h, r, "x86_64"))
+        prog = describe_calls(
+            ProgramCode("p", 1, ("p",), xlated, written), base, names.get, ids, known
+        )
+        assert [c.fate for c in prog.calls] == fates_seen, (release, prog.calls)
+        assert not prog.inlined("bpf_get_current_comm")
+        assert prog.removed("bpf_trace_printk") == (fates_seen[1] == "removed")
+        assert prog.inlined("bpf_jiffies64")
+
+
+def test_a_call_the_jit_inlines_keeps_the_helper_id_and_is_inlined() -> None:
+    """arm64's JIT inlines bpf_get_smp_processor_id itself: the verifier leaves the
+    call with the helper's id (8) as imm, not an offset from __bpf_call_base."""
+    from pytest_lbr.programs.helper_calls import ProgramCode, describe_calls
+
+    ids = {8: "bpf_get_smp_processor_id", 7: "bpf_get_prandom_u32"}
+    base = 0xFFFF800080100000
+    names = {base + 8: "bpf_opcode_in_insntable", base + 0x9000: "bpf_user_rnd_u32"}
+    known = Facts({"bpf_user_rnd_u32": "bpf_get_prandom_u32"}, inlines=lambda h: False)
+    code = ProgramCode("cpu_stamp", 1, ("cpu_stamp",), _calls(8, 0x9000), _calls(8, 7))
+    prog = describe_calls(code, base, names.get, ids, known)
+    assert fates(prog) == [
+        ("bpf_get_smp_processor_id", "inlined", None, None),
+        ("bpf_get_prandom_u32", "call", "bpf_user_rnd_u32", None),
+    ]
+    elsewhere = describe_calls(
+        ProgramCode("cpu_stamp", 1, ("cpu_stamp",), _calls(8), None), base, names.get, ids, known
+    )
+    assert elsewhere.inlined("bpf_get_smp_processor_id")
