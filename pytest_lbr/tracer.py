@@ -65,10 +65,10 @@ PROBE_NOTE = (
 #: A trace's note when naming its addresses started llvm-symbolizer (`{}`: how many)
 #: before the `trace()` block ended: forks of this process a user's program may count.
 SYMBOLIZER_NOTE = (
-    "naming kernel file:line started {} llvm-symbolizer process(es) (each from a "
-    "thread) in this process as the trace ended: a program counting this process's "
-    "forks counted them too (the line cache in ~/.cache/pytest-lbr/lines keeps them "
-    "from the next run)"
+    "naming kernel file:line started {} llvm-symbolizer process(es) in this process "
+    "as the trace ended (several: each from a thread of its own): a program counting "
+    "this process's forks counted them too (the line cache in "
+    "~/.cache/pytest-lbr/lines spares the next run)"
 )
 
 

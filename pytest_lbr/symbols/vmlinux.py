@@ -297,8 +297,8 @@ class VmlinuxLines:
         self._pending = False  # _found holds results not saved yet
         self._saved_at: float | None = None  # monotonic time of the last save
         self._flush_at_exit: weakref.finalize | None = None
-        #: llvm-symbolizer processes started so far (each from a thread of its own):
-        #: forks of this process, which a trace's notes name (`Tracer.trace`).
+        #: llvm-symbolizer processes started so far (several: each from a thread of its
+        #: own): forks of this process, which a trace's notes name (`Tracer.trace`).
         self.processes_started = 0
 
     # -- symbols ----------------------------------------------------------------
@@ -463,8 +463,11 @@ class VmlinuxLines:
         size = -(-len(addrs) // jobs)
         chunks = [addrs[i : i + size] for i in range(0, len(addrs), size)]
         self.processes_started += len(chunks)
-        with ThreadPoolExecutor(len(chunks)) as pool:
-            results = list(pool.map(self._llvm_run, chunks))
+        if len(chunks) == 1:  # no thread to wait for it: one fork of this process, not two
+            results = [self._llvm_run(chunks[0])]
+        else:
+            with ThreadPoolExecutor(len(chunks)) as pool:
+                results = list(pool.map(self._llvm_run, chunks))
         blocks = [b for r in results if r is not None for b in r]
         if any(r is None for r in results):
             # A broken llvm-symbolizer: pyelftools gives the same answers.
