@@ -12,6 +12,7 @@ tracer's own branches trimmed -> the finished `Trace`.
 
 from __future__ import annotations
 
+import importlib
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -44,6 +45,31 @@ __all__ = [
 #: The branches whose source is a call site: calls, and a program's calls the graph
 #: backend proves from its code ("implied").
 _CALLS = (*CALL_KINDS, "implied")
+
+#: What naming a trace's addresses imports, imported by `Tracer.prepare` before the
+#: traced code: an import in the traced process can make directories (pytest's
+#: assertion rewriting calls mkdir(2) for each plugin module it loads).
+NAMING_MODULES = (
+    "pytest_lbr.symbols",
+    "pytest_lbr.symbols.disasm",
+    "pytest_lbr.capture.call_sites",
+)
+
+#: A trace's note when `trace()` had to probe its backend first (`Tracer.prepare` not called).
+PROBE_NOTE = (
+    "this trace probed the {} backend first, in this process (the graph backend's "
+    "probe makes and removes a tracefs instance: mkdir, rmdir): call "
+    "Tracer.prepare() before the traced code"
+)
+
+#: A trace's note when naming its addresses started llvm-symbolizer (`{}`: how many)
+#: before the `trace()` block ended: forks of this process a user's program may count.
+SYMBOLIZER_NOTE = (
+    "naming kernel file:line started {} llvm-symbolizer process(es) in this process "
+    "as the trace ended (several: each from a thread of its own): a program counting "
+    "this process's forks counted them too (the line cache in "
+    "~/.cache/pytest-lbr/lines spares the next run)"
+)
 
 
 class TracingUnavailable(CaptureError):
@@ -97,6 +123,16 @@ class Tracer:
 
     # -- what the contract exposes --------------------------------------------
 
+    def prepare(self) -> None:
+        """Set up now what the first `trace()` would set up in this process: the
+        backend probed, what it keeps between traces (the graph backend's tracefs
+        instance, made with mkdir), the modules a trace imports. Call it before
+        attaching programs that count this process's calls (the pytest plugin's
+        `lbr` fixture does, before the test body). Idempotent."""
+        self._resolve().prepare()
+        for module in NAMING_MODULES:
+            importlib.import_module(module)
+
     @property
     def backend(self) -> str:
         """The backend in use: "lbr" or "graph" ("auto" resolved on this machine)."""
@@ -142,7 +178,9 @@ class Tracer:
         parsed = parse_targets(targets)
         chosen_filter = _filter(filter) or self._filter
         whose = Scope.of(scope or self.scope, pid=pid, cgroup=cgroup)
+        probes = len(self._own)
         chosen = self._resolve(parse_name(BackendName, backend) if backend else None)
+        probed = len(self._own) > probes
         cap = chosen.capability
         if not cap.available:
             raise TracingUnavailable(f"{cap.backend} backend unavailable: {cap.reason}")
@@ -158,7 +196,15 @@ class Tracer:
             stopped = time.monotonic()
         finally:
             capture.close()
+        from pytest_lbr.symbols import processes_started
+
+        spawned = processes_started(self._vmlinux)
         finish(capture, done.hits, self._vmlinux, chosen.capabilities, recorded_by=stopped)
+        spawned = processes_started(self._vmlinux) - spawned
+        if spawned:
+            done.notes.append(SYMBOLIZER_NOTE.format(spawned))
+        if probed:
+            done.notes.insert(0, PROBE_NOTE.format(cap.backend))
         trace.complete_from(done)
         from pytest_lbr.symbols.known import TracerNames
 

@@ -185,6 +185,12 @@ class Backend:
         """What the backend can do (known without arming it)."""
         return backend_class(self.name, self.pmu).capabilities
 
+    def prepare(self) -> None:
+        """Set up what the backend keeps between captures now, before the traced code
+        runs (`BackendDriver.prepare`); nothing where it is unavailable (idempotent)."""
+        if self.capability.available:
+            self._ensure_driver().prepare()
+
     def open(
         self,
         targets: Sequence[Target],
@@ -197,9 +203,13 @@ class Backend:
         default; `live`: read with `poll()` while armed)."""
         if not self.capability.available:
             raise CaptureError(f"{self.name} backend unavailable: {self.capability.reason}")
+        driver = self._ensure_driver()
+        return driver.open(list(targets), scope=as_scope(scope), filter=filter, live=live)
+
+    def _ensure_driver(self) -> BackendDriver:
         if self._driver is None:
             self._driver = backend_class(self.name, self.pmu)()
-        return self._driver.open(list(targets), scope=as_scope(scope), filter=filter, live=live)
+        return self._driver
 
     def close(self) -> None:
         """Release what the backend kept set up (idempotent; captures must be closed)."""

@@ -145,6 +145,13 @@ class BackendDriver(Protocol):
     @classmethod
     def probe(cls) -> Capability: ...
 
+    def prepare(self) -> None:
+        """Set up now what the first capture would otherwise set up while the traced
+        code runs (the graph backend's tracefs instance, made with mkdir; modules a
+        capture imports): the tracer's own work, done in the traced process, which a
+        user's program counting that process's calls would count (idempotent)."""
+        ...
+
     def open(
         self,
         targets: Sequence[Target],

@@ -157,6 +157,15 @@ class LbrSession:
             vmlinux=str(self.vmlinux) if self.vmlinux else None,
             scope=self.scope,
         )
+        # Before the body: what the first trace would otherwise do in the test's
+        # process (a tracefs instance made with mkdir...), which the test's own
+        # programs would count as the test's work.
+        from pytest_lbr.capture import CaptureError
+
+        try:
+            tracer.prepare()
+        except CaptureError:
+            pass  # the test's first trace says why, where it traces
         record = record_of(item)
         record.tracer_traces = tracer.traces  # the same list: every trace the test takes
         tracer.golden_checker = lambda trace, name=None, level="function": self.check_golden(

@@ -25,7 +25,13 @@ from .frame import Frame
 from .kallsyms import KALLSYMS, KernelSymbols, Symbol, live_kallsyms
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
 
-__all__ = ["Symbolizer", "flush_symbolizers", "frames_to_location", "get_symbolizer"]
+__all__ = [
+    "Symbolizer",
+    "flush_symbolizers",
+    "frames_to_location",
+    "get_symbolizer",
+    "processes_started",
+]
 
 
 def frames_to_location(
@@ -220,6 +226,14 @@ def get_symbolizer(vmlinux: str | None = None) -> Symbolizer:
         if sym is None:
             sym = _symbolizers[vmlinux] = Symbolizer(vmlinux)
         return sym
+
+
+def processes_started(vmlinux: str | None = None) -> int:
+    """The llvm-symbolizer processes the Symbolizer of `vmlinux` has started so far
+    (0 where there is none yet: none is created here)."""
+    with _symbolizers_lock:
+        sym = _symbolizers.get(vmlinux)
+    return sym.lines.processes_started if sym is not None and sym.lines is not None else 0
 
 
 def flush_symbolizers() -> None:

@@ -247,7 +247,8 @@ class FrameCache:
         """Add `entries` to the file atomically, keeping what other sessions added
         meanwhile; a no-op where the cache directory is not writable."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.parent.is_dir():  # mkdir(2) only once: a save may come in a trace
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             lock = open(self.path.with_suffix(".lock"), "a")  # noqa: SIM115 -- held below
         except OSError:
             # A read-only home (the VM guests share the host's root read-only): the

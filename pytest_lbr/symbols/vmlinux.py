@@ -297,6 +297,9 @@ class VmlinuxLines:
         self._pending = False  # _found holds results not saved yet
         self._saved_at: float | None = None  # monotonic time of the last save
         self._flush_at_exit: weakref.finalize | None = None
+        #: llvm-symbolizer processes started so far (several: each from a thread of its
+        #: own): forks of this process, which a trace's notes name (`Tracer.trace`).
+        self.processes_started = 0
 
     # -- symbols ----------------------------------------------------------------
 
@@ -459,8 +462,12 @@ class VmlinuxLines:
         jobs = max(1, min(os.cpu_count() or 1, 4, len(addrs) // 5000))
         size = -(-len(addrs) // jobs)
         chunks = [addrs[i : i + size] for i in range(0, len(addrs), size)]
-        with ThreadPoolExecutor(len(chunks)) as pool:
-            results = list(pool.map(self._llvm_run, chunks))
+        self.processes_started += len(chunks)
+        if len(chunks) == 1:  # no thread to wait for it: one fork of this process, not two
+            results = [self._llvm_run(chunks[0])]
+        else:
+            with ThreadPoolExecutor(len(chunks)) as pool:
+                results = list(pool.map(self._llvm_run, chunks))
         blocks = [b for r in results if r is not None for b in r]
         if any(r is None for r in results):
             # A broken llvm-symbolizer: pyelftools gives the same answers.

@@ -87,6 +87,8 @@ class LbrPath(Tracer):
 def software_lbr() -> Iterator[Tracer]:
     """One lbr-on-software-events tracer for the session: its backend is set up once."""
     tracer = LbrPath(backend="lbr", pmu="software")
+    if tracer.available:
+        tracer.prepare()  # not in a test's first trace: its programs count this process
     try:
         yield tracer
     finally:

@@ -40,6 +40,7 @@ reading it (`GraphCapture`). Cutting records into hits is pure and lives in
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import time
 import weakref
@@ -73,6 +74,7 @@ from pytest_lbr.capture.graph.live_state import (
     LiveState,
     settle,
 )
+from pytest_lbr.capture.graph.own import CAPTURE_MODULES, CLOCK_READS, OWN_WORK_NOTE
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
@@ -95,20 +97,6 @@ if TYPE_CHECKING:
 
 __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
 
-#: The read function of each clocksource the kernel may pick (names in
-#: /sys/devices/system/clocksource/*/current_clocksource): put in the instance's
-#: set_ftrace_notrace before the tracer starts. Any other is learnt from the
-#: first trace's records (`GraphRecorder.skip_clock_reads`).
-CLOCK_READS = {
-    "hpet": "read_hpet",
-    "acpi_pm": "acpi_pm_read",
-    "tsc": "read_tsc",
-    "tsc-early": "read_tsc",
-    "kvm-clock": "kvm_clock_get_cycles",
-    # arm64's generic timer (drivers/clocksource/arm_arch_timer.c): in the arm64
-    # 6.1 guest its reads were most of a first trace's records.
-    "arch_sys_counter": "arch_counter_read",
-}
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 #: Narrowed recorders a session keeps (`GraphBackend`): one per traced program set.
 NARROWED_KEPT = 4
@@ -198,6 +186,11 @@ class GraphRecorder:
         self._children = False
         self._finalizer: weakref.finalize | None = None
         self._skipped: set[str] = set()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the instance is made (`instance()` makes no directory then)."""
+        return self._instance is not None
 
     def instance(self, tids: Iterable[int], children: bool = False) -> Instance:
         """The session's instance, recording `tids` once armed (created on first use).
@@ -301,6 +294,14 @@ class GraphBackend:
         """Whether the function tracer runs here (`probe_graph`)."""
         return probe_graph()
 
+    def prepare(self) -> None:
+        """The session's instance made (mkdir; stale ones removed), the function tracer
+        on, `CAPTURE_MODULES` imported: before the traced code (idempotent)."""
+        for module in CAPTURE_MODULES:
+            importlib.import_module(module)
+        self._recorder = self._recorder or GraphRecorder()
+        self._recorder.instance(Scope().tids())
+
     def open(
         self,
         targets: Sequence[Target],
@@ -311,8 +312,7 @@ class GraphBackend:
     ) -> GraphCapture:
         """A not-yet-armed capture sharing the session's function tracer (`filter`,
         an LBR branch filter, does not apply: the function tracer records calls)."""
-        if self._recorder is None:
-            self._recorder = GraphRecorder()
+        self._recorder = self._recorder or GraphRecorder()
         capture = GraphCapture(list(targets), self._recorder, scope=scope)
         capture.narrowed = self._narrowed_recorder
         if live:
@@ -406,6 +406,8 @@ class GraphCapture:
         children = self.scope.kind == "children" or self.scope.cgroup is not None
         # Live: no function-fork for the untraced threads, so what this process
         # starts while armed is recorded like any other task.
+        if not self._recorder.ready and self._live is None:  # not made by prepare()
+            self._notes.append(OWN_WORK_NOTE)
         self._instance = inst = self._recorder.instance(self._tids, children)
         try:
             if children:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -293,6 +294,22 @@ LBR_SOFTWARE_CAPABILITIES = dataclasses.replace(
 )
 
 
+#: The modules a capture imports where it needs them, imported by `LbrBackend.prepare`
+#: before the traced code runs: an import in the traced process can make directories
+#: (pytest's assertion rewriting calls mkdir(2) for each plugin module it loads).
+CAPTURE_MODULES = (
+    "pytest_lbr.capture.hooks.hook_set",
+    "pytest_lbr.capture.hooks.program_exits",
+    "pytest_lbr.kernel.perf",
+    "pytest_lbr.kernel.helpers",
+    "pytest_lbr.programs.find",
+    "pytest_lbr.programs.lines",
+    "pytest_lbr.symbols.bpf_flow",
+    "pytest_lbr.symbols.disasm",
+    "pytest_lbr.symbols.elf",
+)
+
+
 class LbrBackend:
     """The LBR backend for the registry (`pytest_lbr.capture.base.BackendDriver`):
     it keeps nothing set up between captures."""
@@ -306,6 +323,12 @@ class LbrBackend:
     def probe(cls) -> Capability:
         """Whether LBR tracing works here (`probe_lbr`)."""
         return probe_lbr(cls.pmu)
+
+    def prepare(self) -> None:
+        """Import `CAPTURE_MODULES` before the traced code runs (nothing else to set
+        up: hooks and perf events are made per capture, spare maps by the first)."""
+        for module in CAPTURE_MODULES:
+            importlib.import_module(module)
 
     def open(
         self,
