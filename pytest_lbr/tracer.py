@@ -52,6 +52,7 @@ _CALLS = (*CALL_KINDS, "implied")
 NAMING_MODULES = (
     "pytest_lbr.symbols",
     "pytest_lbr.symbols.disasm",
+    "pytest_lbr.symbols.known",
     "pytest_lbr.capture.call_sites",
 )
 
