@@ -116,8 +116,16 @@ class Shard:
         return cls(i, n)
 
     def keeps(self, position: int) -> bool:
-        """Round robin over collection order: every runner gets a similar mix."""
+        """Round robin over positions: every runner gets a similar mix."""
         return position % self.count == self.index - 1
+
+    def of(self, nodeids: list[str]) -> list[bool]:
+        """Which of the tests `nodeids` (in collection order) this runner keeps: round
+        robin over their sorted node ids, not over collection order, which a plugin
+        that shuffles (pytest-randomly, with each runner's own seed) makes differ from
+        runner to runner, so shards would overlap and miss tests."""
+        rank = {n: r for r, n in enumerate(sorted(nodeids))}
+        return [self.keeps(rank[n]) for n in nodeids]
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
@@ -148,8 +156,9 @@ def select(config: Any, items: list[Any]) -> None:
             shard = Shard.parse(shard_text)
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
-        kept = [item for i, item in enumerate(items) if shard.keeps(i)]
-        dropped = [item for i, item in enumerate(items) if not shard.keeps(i)]
+        mine = shard.of([item.nodeid for item in items])
+        kept = [item for item, keep in zip(items, mine, strict=True) if keep]
+        dropped = [item for item, keep in zip(items, mine, strict=True) if not keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept

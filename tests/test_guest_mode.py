@@ -124,7 +124,10 @@ def test_shards_split_the_suite_without_overlap(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_many="\n".join(f"def test_{i}(): pass" for i in range(7)))
     seen: list[str] = []
     for i in (1, 2, 3):
-        result = suite.runpytest("test_many.py", f"--lbr-shard={i}/3", "-v")
+        # Each runner shuffled with its own seed (pytest-randomly, a test extra), as a
+        # CI matrix of runners would be: the shards still split the suite.
+        shuffled = ("-p", "randomly", f"--randomly-seed={i}")
+        result = suite.runpytest("test_many.py", f"--lbr-shard={i}/3", "-v", *shuffled)
         seen += [ln.split()[0] for ln in result.outlines if ln.startswith("test_many.py::")]
     assert sorted(seen) == sorted(f"test_many.py::test_{i}" for i in range(7))
     bad = suite.runpytest("--lbr-shard=0/3")
