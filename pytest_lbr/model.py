@@ -514,8 +514,10 @@ class Trace:
             return progs
         names = self._callers(by)
         found = [p for p in progs if any(_match_any(n, names) for n in p.names)]
-        traced = self._program_names()
-        if not found and not any(_match_any(n, names) for p in traced for n in p[:2]):
+        if found:
+            return found
+        traced = self._program_names()  # a traced program that never ran: False, not an error
+        if not any(_match_any(n, names) for p in traced for n in p[:2]):
             raise TraceQueryError(
                 f"by={by!r} names no BPF program of this trace{self._nearest(by, traced)}"
             )
@@ -523,13 +525,12 @@ class Trace:
 
     def _check_exists(self, name: str) -> None:
         """Raise `TraceQueryError` unless `name` (glob) names something that exists."""
+        # A location's symbol or helper name (`Location.matches`), a kernel function
+        # target, a libbpf macro.
         if helpers_of(name) or any(_match(s, name) for s in self._names_held()):
             return
-        for b in self.branches():
-            if (b.dst.helper and helper_matches(b.dst.helper, name)) or (
-                b.src.helper and helper_matches(b.src.helper, name)
-            ):
-                return
+        if any(loc.matches(name) for b in self.branches() for loc in (b.src, b.dst)):
+            return
         progs = self._program_names()
         if any(_match(n, name) for p in progs for n in p):
             return
