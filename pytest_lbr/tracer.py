@@ -293,7 +293,9 @@ def add_source_lines(
         addrs |= {b.src.addr - 1 for h in hits for b in h.branches if b.kind in _CALLS}
     from pytest_lbr.symbols import get_symbolizer
 
-    found = get_symbolizer(vmlinux).locate_many(sorted(addrs), recorded_by)
+    # Names the backend gave (the function tracer's) stand where kallsyms is stale.
+    given = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst) if loc.symbol}
+    found = get_symbolizer(vmlinux).locate_many(sorted(addrs), recorded_by, given)
 
     def better(loc: Location) -> Location:
         new = found.get(loc.addr)

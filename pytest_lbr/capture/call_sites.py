@@ -17,6 +17,7 @@ between them made the call.
 from __future__ import annotations
 
 import functools
+import mmap
 from typing import TYPE_CHECKING
 
 from pytest_lbr.kernel.machine import machine
@@ -36,6 +37,10 @@ _MAX_FUNCTION = 1 << 16
 _PADDING = 16
 #: Programs' extents kept (`CallSites.learn`): the newest; a session loads many.
 _MAX_LEARNED = 4096
+#: A BPF trampoline's kallsyms name. Its image is at most a page: 6.1 gives each one
+#: page (bpf_tramp_image_alloc()), and since Linux kernel commit 26ef208c209a ("bpf:
+#: Use arch_bpf_trampoline_size") (in v6.8) a larger one is refused (-E2BIG).
+_TRAMPOLINE = "bpf_trampoline_"
 
 
 class CallSites:
@@ -57,6 +62,13 @@ class CallSites:
         self._through: dict[tuple[str | None, int, int], tuple[CallSite, CallSite] | None] = {}
         #: JIT images the caller described (`learn`): start -> (name, size).
         self._learned: dict[int, tuple[str, int]] = {}
+        #: Calls read from JIT code (BPF programs, trampolines) in this trace (`_calls`).
+        self._jit_calls: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+
+    def new_trace(self) -> None:
+        """Forget what was read from JIT code (see `_calls`): a trace starts."""
+        self._jit_calls.clear()
+        self._through.clear()
 
     def learn(self, name: str, start: int, size: int) -> None:
         """A function whose name and extent the caller knows from elsewhere (a BPF
@@ -78,7 +90,7 @@ class CallSites:
         if found is None:
             return None
         name, size = found
-        calls = calls_in(name, caller_start, size)
+        calls = self._calls(name, caller_start, size)
         sites = [ret for ret, target in calls if callee_addr - _PADDING <= target <= callee_addr]
         if not sites:
             return None
@@ -98,7 +110,7 @@ class CallSites:
         found = self._function(caller, caller_start)
         answer = None
         name, size = found if found is not None else ("", 0)
-        calls = calls_in(name, caller_start, size) if found is not None else []
+        calls = self._calls(name, caller_start, size) if found is not None else []
         for ret, target in sorted(calls, key=lambda c: (c[0] <= after, c[0])):
             middle = self._entry(target)
             if middle is None or middle[1] == callee_addr:
@@ -109,6 +121,22 @@ class CallSites:
                 break
         self._through[key] = answer
         return answer
+
+    def _calls(self, name: str, start: int, size: int) -> list[tuple[int, int]]:
+        """`calls_in`, kept for the session only for the core kernel's text. JIT code
+        changes under the same name and address: a program loaded again (same tag,
+        same name) can land where it was, its subprograms elsewhere, and a direct
+        tail call is a jump the kernel patches when a program array changes (x86-64).
+        Its calls are read once per trace (`new_trace`)."""
+        if start not in self._learned:
+            syms = self._kallsyms()
+            if syms is not None and syms.in_core(start):
+                return calls_in(name, start, size)
+        key = (name, start, size)
+        found = self._jit_calls.get(key)
+        if found is None:
+            found = self._jit_calls[key] = calls_in.__wrapped__(name, start, size)
+        return found
 
     def _entry(self, target: int) -> tuple[str, int] | None:
         """(name, start) of the function a call to `target` enters: the function
@@ -131,6 +159,14 @@ class CallSites:
         syms = self._kallsyms()
         if syms is None or (name, start) in self._unknown:
             return None
+        if name is not None and name.startswith(_TRAMPOLINE):
+            # Each newly hooked program gets a trampoline: named by the record that
+            # asks, and bounded by its page, it needs no re-read of kallsyms (the
+            # whole file, most of a trace's cost under emulation: issue 54).
+            sym, end = syms.lookup(start), syms.end_of(start)
+            if sym is not None and sym.offset == 0 and sym.name == name and end:
+                return name, min(end - start, mmap.PAGESIZE)
+            return name, mmap.PAGESIZE
         for attempt in range(2):
             sym = syms.lookup(start)
             end = syms.end_of(start)
@@ -167,13 +203,17 @@ class CallSites:
 def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
     """(return address, target) of each direct call in function `name`'s live code,
     and (jump address, target) of each jump out of it (a tail call)."""
-    from pytest_lbr.symbols.disasm import KcoreReader, call_targets, disassemble
+    from pytest_lbr.symbols.disasm import call_targets, disassemble, read_kernel
 
     try:
-        code = KcoreReader().read(start, size)
+        code = read_kernel(start, size)
     except (OSError, ValueError):
         return []
     arch = machine().name
+    if arch == "x86_64":
+        # int3 pads functions and fills what a BPF pack's images leave free (a
+        # trampoline's page): no call is there, and each byte decodes as one.
+        code = code.rstrip(b"\xcc")
     # x86-64 needs only the calls and jumps themselves; arm64 also the mov/movk
     # that build a `blr` target (`call_targets`).
     insns = disassemble(code, start, arch, _CALLS_AND_JUMPS.get(arch))

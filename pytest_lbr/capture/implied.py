@@ -29,6 +29,7 @@ __all__ = [
     "empty_runs_note",
     "finish_runs",
     "flow_of",
+    "flows_worked_out",
     "program_flow",
     "program_returns",
     "typed_returns",
@@ -124,13 +125,36 @@ def add_implied(hit: Hit, flow: ProgramFlow) -> None:
     hit.branches = out
 
 
-def flow_of(fd: int, available: str) -> ProgramFlow | None:
-    """The program's calls' flow , None where unknown."""
+def flow_of(fd: int, available: str, program: tuple[int, str] | None = None) -> ProgramFlow | None:
+    """The program's calls' flow, None where unknown. `program`: its (id, tag), under
+    which the flow is kept and reused by every later trace of it (a program's
+    code never changes while it is loaded; an id is not reused while it is)."""
     syms = call_sites.kallsyms()
     if syms is None:
         return None
+    key = None if program is None else (*program, hash(available))
+    if key is not None and key in _flows:
+        _flows[key] = _flows.pop(key)  # the newest last: the oldest goes first
+        return _flows[key]
     names = _traceable(available)
-    return program_flow(fd, names.__contains__, syms)
+    flow = program_flow(fd, names.__contains__, syms)
+    if key is not None:
+        _flows[key] = flow
+        if len(_flows) > _MAX_FLOWS:
+            del _flows[next(iter(_flows))]
+    return flow
+
+
+#: Flows by (program id, tag, the traceable functions' text's hash): see `flow_of`.
+_flows: dict[tuple[int, str, int], ProgramFlow | None] = {}
+#: Programs' flows kept: a long session loads many.
+_MAX_FLOWS = 1024
+
+
+def flows_worked_out() -> int:
+    """How many programs' flows this process has worked out and keeps (for tests:
+    a program traced again is not read again)."""
+    return len(_flows)
 
 
 @functools.lru_cache(maxsize=2)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ..model import InlineFrame, Location, ProgramCalls
 from ..programs.helper_calls import HelperNames
@@ -89,18 +89,26 @@ class Symbolizer:
         return self.locate_many([addr])[addr]
 
     def locate_many(
-        self, addrs: Iterable[int], recorded_by: float | None = None
+        self,
+        addrs: Iterable[int],
+        recorded_by: float | None = None,
+        named: Collection[int] = (),
     ) -> dict[int, Location]:
         """Symbolize many live addresses; kernel lines are looked up in one batch.
 
         `recorded_by`: a `time.monotonic()` by which every address was recorded
         (a trace's end). A kernel symbol table read after it knows all they were,
-        so it is not read again for them.
+        so it is not read again for them. `named`: addresses the caller has a name
+        for already (the function tracer's): JIT code no live program holds (a
+        trampoline) is left unnamed among them (`Location(addr)`) rather than
+        named by a re-read of the whole of kallsyms, or by a stale one.
         """
         with self._lock:
-            return self._locate_many(set(addrs), recorded_by)
+            return self._locate_many(set(addrs), recorded_by, named)
 
-    def _locate_many(self, addrs: set[int], recorded_by: float | None) -> dict[int, Location]:
+    def _locate_many(
+        self, addrs: set[int], recorded_by: float | None, named: Collection[int] = ()
+    ) -> dict[int, Location]:
         out: dict[int, Location] = {}
         core: list[int] = []
         bpf_refreshed = False
@@ -115,6 +123,12 @@ class Symbolizer:
             loc = self._locate_bpf(addr) if self._bpf_read else None
             if loc is None:
                 sym = self.kallsyms.lookup(addr)
+                if addr in named and not reloaded and self._in_jit_space(addr, sym):
+                    if not bpf_refreshed:
+                        self._refresh_bpf()
+                        bpf_refreshed = True
+                    out[addr] = self._locate_bpf(addr) or Location(addr)
+                    continue
                 if not (bpf_refreshed and reloaded) and self._looks_new(addr, sym):
                     # Loaded after we read program info: read it again. A program's
                     # own info names it, so kallsyms is read again (the whole file)
@@ -182,6 +196,13 @@ class Symbolizer:
     def helper_status(self) -> str:
         """Why helper implementations are unknown ("" when known or not yet needed)."""
         return self._helpers.status if self._helpers is not None else ""
+
+    def _in_jit_space(self, addr: int, sym: Symbol | None) -> bool:
+        """Outside the core kernel and its modules: BPF programs and trampolines,
+        where kallsyms as last read may be out of date."""
+        if self.kallsyms.in_core(addr):
+            return False
+        return sym is None or sym.module in (None, "bpf")
 
     def _looks_new(self, addr: int, sym: Symbol | None) -> bool:
         """True for a BPF program we have no line table for, or code past every symbol."""

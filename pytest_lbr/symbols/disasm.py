@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -35,6 +36,7 @@ __all__ = [
     "function_code",
     "format_listing",
     "instruction_at",
+    "read_kernel",
 ]
 
 _ARCHES = {
@@ -72,11 +74,7 @@ def disassemble(
 ) -> list[Instruction]:
     """Decode `code` loaded at `addr`; stops at the first undecodable byte. With
     `only`, just the instructions of those mnemonics are kept."""
-    try:
-        cs_arch, cs_mode = _ARCHES[arch]
-    except KeyError:
-        raise ValueError(f"no disassembler for architecture {arch!r}") from None
-    md = capstone.Cs(cs_arch, cs_mode)
+    md = _decoder(arch)
     # disasm_lite: plain tuples, no per-instruction detail objects (the full
     # objects cost about twice as much, and call-site searches decode whole functions).
     return [
@@ -84,6 +82,24 @@ def disassemble(
         for at, size, mnemonic, operands in md.disasm_lite(code, addr)
         if only is None or mnemonic in only
     ]
+
+
+def _decoder(arch: str) -> capstone.Cs:
+    """The thread's capstone decoder for `arch`: made once (making one imports
+    capstone's architecture module again, a few ms a call under emulation)."""
+    decoders: dict[str, capstone.Cs] = _decoders.__dict__.setdefault("by_arch", {})
+    md = decoders.get(arch)
+    if md is None:
+        try:
+            cs_arch, cs_mode = _ARCHES[arch]
+        except KeyError:
+            raise ValueError(f"no disassembler for architecture {arch!r}") from None
+        md = decoders[arch] = capstone.Cs(cs_arch, cs_mode)
+    return md
+
+
+#: Per thread (a live trace decodes in its own): a decoder is not shared.
+_decoders = threading.local()
 
 
 def call_targets(insns: Sequence[Instruction], arch: str = "x86_64") -> list[tuple[int, int]]:
@@ -206,6 +222,24 @@ class KcoreReader:
         return _read_segments(self.path, self._segs, addr, size)
 
 
+def read_kernel(addr: int, size: int) -> bytes:
+    """`size` bytes of live kernel memory at `addr`, through the process's one
+    `KcoreReader` (its segment table read once; read anew for an address outside
+    it: memory hot-plug adds segments). OSError where /proc/kcore cannot be read,
+    ValueError for an address in no segment."""
+    global _KCORE
+    if _KCORE is None:
+        _KCORE = KcoreReader()
+    try:
+        return _KCORE.read(addr, size)
+    except ValueError:
+        _KCORE = KcoreReader()  # segments added since it was read
+        return _KCORE.read(addr, size)
+
+
+_KCORE: KcoreReader | None = None
+
+
 def _read_segments(path: str, segs: list[tuple[int, int, int]], addr: int, size: int) -> bytes:
     for vaddr, filesz, off in segs:
         if vaddr <= addr < vaddr + filesz:
@@ -247,7 +281,7 @@ def function_code(symbolizer: Symbolizer, addr: int) -> tuple[int, bytes]:
     if symbolizer.lines is not None and loc.module is None:
         text = VmlinuxText(symbolizer.lines.path)
         return start, text.read(start - symbolizer.kaslr_offset, size)
-    return start, KcoreReader().read(start, size)
+    return start, read_kernel(start, size)
 
 
 def disassemble_function(

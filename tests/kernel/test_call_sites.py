@@ -46,3 +46,23 @@ def test_a_long_session_keeps_the_newest_programs_learned() -> None:
     assert sites._function("bpf_prog_0_again", 0x1000 * 11) == ("bpf_prog_0_again", 64)
     assert sites._function("bpf_prog_last", 0x1000 * (limit + 20)) == ("bpf_prog_last", 64)
     assert 0x1000 not in sites._learned and 0x1000 * 12 not in sites._learned
+
+
+@pytest.mark.kernel
+def test_jit_code_is_read_anew_each_trace() -> None:
+    """A program loaded again can come back at the same address under the same name
+    (its tag), its subprograms and tail-call targets elsewhere (a direct tail call is a
+    jump the kernel patches): what was read of JIT code is not kept past its trace, so a
+    stale jump never makes a tail call read as a call (seen in 6.1: examples/tail_loop)."""
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    with BpfObject(bpf_object("xdp_helpers")) as obj:
+        start, size = program_details(obj.programs["xdp_helpers"].fd).functions[0]
+        sites = CallSites()
+        sites.learn("bpf_prog_xdp_helpers", start, size)
+        first = sites._calls("bpf_prog_xdp_helpers", start, size)
+        assert first and sites._calls("bpf_prog_xdp_helpers", start, size) is first
+        sites.new_trace()
+        again = sites._calls("bpf_prog_xdp_helpers", start, size)
+        assert again == first and again is not first  # read again from the live image

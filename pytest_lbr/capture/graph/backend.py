@@ -401,6 +401,7 @@ class GraphCapture:
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
         self._tids = self.scope.tids()
+        call_sites.new_trace()  # JIT code is read anew: it changes under its name
         if self.scope.kind == "system":
             self._narrow()
         children = self.scope.kind == "children" or self.scope.cgroup is not None
@@ -587,8 +588,7 @@ class GraphCapture:
         if self.scope.cgroup is not None:
             self._tids |= self.scope.tids()  # moved in since
         wanted = self._keeps(None)
-        mine, now = os.getpid(), time.monotonic()
-        own = live.own
+        mine, now, own = os.getpid(), time.monotonic(), live.own
         # Events are not filtered by set_ftrace_notrace_pid: ours go here.
         live.add((r for r in records if r.tgid != mine and r.tid not in own and wanted(r)), now)
         for raw in raws:
@@ -695,7 +695,7 @@ class GraphCapture:
                             call_sites.learn(name, lo, hi - lo)
                     if available is None:
                         available = filter_functions_text(inst.root)
-                    self._flows[t.spec] = flow_of(ref.fd, available)
+                    self._flows[t.spec] = flow_of(ref.fd, available, (ref.id, ref.tag))
                 programs.append(i)
             elif t.kind == "tp":
                 assert t.tracepoint is not None
