@@ -17,6 +17,7 @@ between them made the call.
 from __future__ import annotations
 
 import functools
+import hashlib
 import mmap
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from pytest_lbr.kernel.machine import machine
 if TYPE_CHECKING:
     from pytest_lbr.symbols.kallsyms import KernelSymbols
 
-__all__ = ["CallSite", "CallSites", "call_sites", "calls_in"]
+__all__ = ["CallSite", "CallSites", "call_sites", "calls_in", "calls_of"]
 
 #: (the caller's name, its start address, the call's return address).
 CallSite = tuple[str, int, int]
@@ -62,13 +63,9 @@ class CallSites:
         self._through: dict[tuple[str | None, int, int], tuple[CallSite, CallSite] | None] = {}
         #: JIT images the caller described (`learn`): start -> (name, size).
         self._learned: dict[int, tuple[str, int]] = {}
-        #: Calls read from JIT code (BPF programs, trampolines) in this trace (`_calls`).
-        self._jit_calls: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
-
-    def new_trace(self) -> None:
-        """Forget what was read from JIT code (see `_calls`): a trace starts."""
-        self._jit_calls.clear()
-        self._through.clear()
+        #: Calls of JIT code (BPF programs, trampolines) by (start, its bytes' digest):
+        #: see `_calls`.
+        self._jit_calls: dict[tuple[int, bytes], list[tuple[int, int]]] = {}
 
     def learn(self, name: str, start: int, size: int) -> None:
         """A function whose name and extent the caller knows from elsewhere (a BPF
@@ -119,24 +116,36 @@ class CallSites:
             if inner is not None:
                 answer = (name, caller_start, ret), inner
                 break
-        self._through[key] = answer
+        if self._in_core(caller_start):  # JIT code changes under its name: see `_calls`
+            self._through[key] = answer
         return answer
 
     def _calls(self, name: str, start: int, size: int) -> list[tuple[int, int]]:
-        """`calls_in`, kept for the session only for the core kernel's text. JIT code
-        changes under the same name and address: a program loaded again (same tag,
-        same name) can land where it was, its subprograms elsewhere, and a direct
-        tail call is a jump the kernel patches when a program array changes (x86-64).
-        Its calls are read once per trace (`new_trace`)."""
-        if start not in self._learned:
-            syms = self._kallsyms()
-            if syms is not None and syms.in_core(start):
-                return calls_in(name, start, size)
-        key = (name, start, size)
+        """`calls_in`, kept by name and address only for the core kernel's text.
+        JIT code changes under the same name and address: a program loaded again
+        (same tag, same name) can land where it was with its subprograms elsewhere,
+        and a direct tail call is a jump the kernel patches when a program array
+        changes (x86-64). A stale jump made 6.1's tail call in examples/tail_loop
+        read as a call. Its code is read each time (a few hundred bytes) and its
+        calls kept by what the bytes are."""
+        if self._in_core(start):
+            return calls_in(name, start, size)
+        code = _code(start, size)
+        key = (start, hashlib.blake2b(code, digest_size=16).digest())
         found = self._jit_calls.get(key)
         if found is None:
-            found = self._jit_calls[key] = calls_in.__wrapped__(name, start, size)
+            found = self._jit_calls[key] = calls_of(code, start, size)
+            if len(self._jit_calls) > _MAX_LEARNED:  # a long session: forget the oldest
+                del self._jit_calls[next(iter(self._jit_calls))]
         return found
+
+    def _in_core(self, start: int) -> bool:
+        """Whether `start` is the core kernel's text (what a program's own info
+        described is JIT code: asked without reading kallsyms)."""
+        if start in self._learned:
+            return False
+        syms = self._kallsyms()
+        return syms is not None and syms.in_core(start)
 
     def _entry(self, target: int) -> tuple[str, int] | None:
         """(name, start) of the function a call to `target` enters: the function
@@ -202,18 +211,31 @@ class CallSites:
 @functools.lru_cache(maxsize=4096)
 def calls_in(name: str, start: int, size: int) -> list[tuple[int, int]]:
     """(return address, target) of each direct call in function `name`'s live code,
-    and (jump address, target) of each jump out of it (a tail call)."""
-    from pytest_lbr.symbols.disasm import call_targets, disassemble, read_kernel
+    and (jump address, target) of each jump out of it (a tail call). Kept by name
+    and address: for code that does not change (the core kernel's text)."""
+    return calls_of(_code(start, size), start, size)
+
+
+def _code(start: int, size: int) -> bytes:
+    """The live code of a function; empty where it cannot be read."""
+    from pytest_lbr.symbols.disasm import read_kernel
 
     try:
         code = read_kernel(start, size)
     except (OSError, ValueError):
-        return []
-    arch = machine().name
-    if arch == "x86_64":
+        return b""
+    if machine().name == "x86_64":
         # int3 pads functions and fills what a BPF pack's images leave free (a
         # trampoline's page): no call is there, and each byte decodes as one.
         code = code.rstrip(b"\xcc")
+    return code
+
+
+def calls_of(code: bytes, start: int, size: int) -> list[tuple[int, int]]:
+    """`calls_in` of `code`, a function of `size` bytes loaded at `start`."""
+    from pytest_lbr.symbols.disasm import call_targets, disassemble
+
+    arch = machine().name
     # x86-64 needs only the calls and jumps themselves; arm64 also the mov/movk
     # that build a `blr` target (`call_targets`).
     insns = disassemble(code, start, arch, _CALLS_AND_JUMPS.get(arch))

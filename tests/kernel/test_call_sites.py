@@ -6,12 +6,18 @@ The first test runs in the guests (/proc/kcore holds the image there).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_lbr.capture import call_sites
 from pytest_lbr.capture.call_sites import CallSites, calls_in
 from pytest_lbr.programs.info import program_details
 from tests.bpf.objects import bpf_object, require_root
+
+TAIL_LOOP = (
+    Path(__file__).resolve().parents[2] / "examples" / "tail_loop" / "build" / "tail_loop.bpf.o"
+)
 
 
 @pytest.mark.kernel
@@ -49,20 +55,29 @@ def test_a_long_session_keeps_the_newest_programs_learned() -> None:
 
 
 @pytest.mark.kernel
-def test_jit_code_is_read_anew_each_trace() -> None:
-    """A program loaded again can come back at the same address under the same name
-    (its tag), its subprograms and tail-call targets elsewhere (a direct tail call is a
-    jump the kernel patches): what was read of JIT code is not kept past its trace, so a
-    stale jump never makes a tail call read as a call (seen in 6.1: examples/tail_loop)."""
+def test_a_patched_tail_call_jump_is_read_as_it_is_now() -> None:
+    """JIT code changes under its name and address: x86-64 makes a tail call with a
+    constant slot a direct jump, which the kernel patches in when the program array
+    gets a program and out when it loses it. What is read of JIT code is kept by what
+    its bytes are, never by its name: a stale jump once made 6.1's tail call in
+    examples/tail_loop read as a call from `entry` (a program loaded again, at its old
+    address under the same name)."""
     require_root()
     from pytest_lbr.bpf import BpfObject
 
-    with BpfObject(bpf_object("xdp_helpers")) as obj:
-        start, size = program_details(obj.programs["xdp_helpers"].fd).functions[0]
+    with BpfObject(TAIL_LOOP) as obj:
+        entry, stage2 = obj.programs["entry"], obj.programs["stage2"]
+        start, size = program_details(entry.fd).functions[0]
+        stage2_start = program_details(stage2.fd).functions[0][0]
         sites = CallSites()
-        sites.learn("bpf_prog_xdp_helpers", start, size)
-        first = sites._calls("bpf_prog_xdp_helpers", start, size)
-        assert first and sites._calls("bpf_prog_xdp_helpers", start, size) is first
-        sites.new_trace()
-        again = sites._calls("bpf_prog_xdp_helpers", start, size)
-        assert again == first and again is not first  # read again from the live image
+        sites.learn("bpf_prog_entry", start, size)
+
+        def jumps_into_stage2() -> list[int]:
+            calls = sites._calls("bpf_prog_entry", start, size)
+            return [t for _, t in calls if stage2_start <= t < stage2_start + 64]
+
+        assert not jumps_into_stage2()  # an empty slot: no jump
+        obj.maps["stages"].update(0, stage2.fd)
+        assert jumps_into_stage2(), "the direct tail call's jump is patched in"
+        obj.maps["stages"].delete(0)
+        assert not jumps_into_stage2(), "a stale jump read from a cache"

@@ -401,7 +401,6 @@ class GraphCapture:
     def start(self) -> None:
         """Add the targets' events to the session's instance, then arm it last."""
         self._tids = self.scope.tids()
-        call_sites.new_trace()  # JIT code is read anew: it changes under its name
         if self.scope.kind == "system":
             self._narrow()
         children = self.scope.kind == "children" or self.scope.cgroup is not None
@@ -588,7 +587,8 @@ class GraphCapture:
         if self.scope.cgroup is not None:
             self._tids |= self.scope.tids()  # moved in since
         wanted = self._keeps(None)
-        mine, now, own = os.getpid(), time.monotonic(), live.own
+        mine, now = os.getpid(), time.monotonic()
+        own = live.own
         # Events are not filtered by set_ftrace_notrace_pid: ours go here.
         live.add((r for r in records if r.tgid != mine and r.tid not in own and wanted(r)), now)
         for raw in raws:
