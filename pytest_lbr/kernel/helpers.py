@@ -17,6 +17,7 @@ Everything here is read from the kernel, never from a table kept by hand:
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import struct
@@ -73,12 +74,15 @@ class Insn:
         return self.code == _BPF_CALL and self.src == 0
 
 
-def decode_insns(raw: bytes) -> list[Insn]:
-    """BPF instructions (little-endian) from their bytes."""
-    out = []
-    for code, regs, off, imm in struct.iter_unpack("<BBhi", raw[: len(raw) // 8 * 8]):
-        out.append(Insn(code, regs & 0xF, regs >> 4, off, imm))
-    return out
+@functools.lru_cache(maxsize=64)
+def decode_insns(raw: bytes) -> tuple[Insn, ...]:
+    """BPF instructions (little-endian) from their bytes. Kept for the last few
+    programs: describing a new one (its calls, callbacks, flow, call index) decodes
+    its translation six times."""
+    return tuple(
+        Insn(code, regs & 0xF, regs >> 4, off, imm)
+        for code, regs, off, imm in struct.iter_unpack("<BBhi", raw[: len(raw) // 8 * 8])
+    )
 
 
 @dataclass(frozen=True)
