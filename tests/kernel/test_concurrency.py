@@ -79,8 +79,10 @@ INNER = textwrap.dedent(
             attached = time.monotonic_ns()
             capture.start()
             # Hooked and idle a while, so the other worker's cases run meanwhile
-            # (attaching got fast: without it, 3 of 100 crossed in a 6.12 guest).
-            time.sleep(0.05)
+            # (attaching got fast: without it, 3 of 100 crossed in a 6.12 guest;
+            # with 0.05 s, 7 of 100 in a CI run of 2026-11-29 whose two guests
+            # shared the host's two cores).
+            time.sleep(0.15)
             start = time.monotonic_ns()
             try:
                 results = [run(fd, p) for p in packets]
