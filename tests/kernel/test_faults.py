@@ -268,7 +268,7 @@ def bad_targets(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     # Each of them failed, nothing else (no error, no pass).
-    assert re.search(rf"^=+ {2 * len(BAD_TARGETS)} failed in \S+s =+$", out, re.M), out
+    assert re.search(rf"^=+ {2 * len(BAD_TARGETS)} failed in \S+s(?: \(\S+\))? =+$", out, re.M), out
     return out, before
 
 
