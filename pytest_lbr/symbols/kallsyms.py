@@ -156,9 +156,16 @@ class KernelSymbols:
         i = bisect.bisect_right(t.starts, addr) - 1
         if i < 0:
             return None
-        # Several names at one address (aliases): take the first, kallsyms order.
+        # Several names at one address (aliases): take the first, kallsyms order, except
+        # that live BPF JIT code (module "bpf") wins. 6.1 allocates BPF images where
+        # modules live, and a read of kallsyms racing a module's init listed the module's
+        # freed `veth_init` at a live trampoline's address.
         start = t.starts[i]
         j = bisect.bisect_left(t.starts, start, 0, i)
+        for k in range(j, i + 1):
+            if t.modules[k] == "bpf":
+                j = k
+                break
         return Symbol(t.names[j], addr - start, t.modules[j])
 
     def is_local(self, addr: int) -> bool:

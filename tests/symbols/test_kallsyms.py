@@ -39,6 +39,19 @@ def test_lookup_names_offsets_modules(tmp_path) -> None:
     assert ks.in_core(0xFFFFFFFF81200401) and not ks.in_core(0xFFFFFFFFA0001008)
 
 
+def test_live_bpf_code_wins_over_a_module_alias_at_its_address(tmp_path) -> None:
+    """6.1 allocates BPF images where modules live; kallsyms listed a module's freed
+    init function at a live trampoline's address, module symbols first."""
+    path = tmp_path / "kallsyms"
+    path.write_text(
+        SAMPLE
+        + "ffffffffc0200000 t veth_init\t[veth]\n"
+        + "ffffffffc0200000 t bpf_trampoline_6442450944\t[bpf]\n"
+    )
+    s = KernelSymbols(str(path)).lookup(0xFFFFFFFFC0200001)
+    assert (s.name, s.offset, s.module) == ("bpf_trampoline_6442450944", 1, "bpf")
+
+
 def test_reload_sees_new_symbols(tmp_path) -> None:
     path = tmp_path / "kallsyms"
     path.write_text(SAMPLE)
