@@ -5,8 +5,8 @@ say *why* a call or path is missing. When a test fails with an AssertionError, t
 plugin hands the exception here: we find the `called` / `has_path` calls in the
 failing assert statement, re-evaluate them in the test's frame (only plain names,
 attributes, subscripts and constants: nothing with side effects) and, for those
-that are false, describe the closest partial match and show the trace in the
-retsnoop/bpflbr format, cut to a readable length. The plugin adds the text as a
+that are false, describe the closest partial match and show the call tree
+around what the query asked about, cut to a readable length. The plugin adds the text as a
 section under the traceback.
 """
 
@@ -16,7 +16,8 @@ import ast
 import textwrap
 from typing import Any
 
-from pytest_lbr.model import Location, Trace, format_branches, format_hit_header, helper_matches
+from pytest_lbr.model import Location, Trace, format_hit_header, helper_matches
+from pytest_lbr.model.text import CallFrame, lines_around, tree_lines
 
 __all__ = [
     "MAX_TRACE_LINES",
@@ -24,6 +25,7 @@ __all__ = [
     "explain_failure",
     "explain_has_path",
     "trace_excerpt",
+    "why_false",
 ]
 
 #: Branch lines shown under a failure; the full trace goes to --lbr-report.
@@ -32,15 +34,16 @@ _QUERIES = ("called", "has_path")
 _SIMPLE = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Starred)
 
 
-def explain_failure(excinfo: Any) -> str | None:
-    """The explanation for a failed assert in `excinfo` (a pytest ExceptionInfo), or None."""
+def explain_failure(excinfo: Any, full: str | None = None) -> str | None:
+    """The explanation for a failed assert in `excinfo` (a pytest ExceptionInfo), or
+    None; `full`: where the whole trace is written (the report's text file)."""
     entry = excinfo.traceback[-1]
     try:
         tree = ast.parse(textwrap.dedent(str(entry.statement)))
     except SyntaxError:
         return None
     parts: list[str] = []
-    traces: list[Trace] = []
+    traces: list[tuple[Trace, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
@@ -54,19 +57,46 @@ def explain_failure(excinfo: Any) -> str | None:
             continue
         if not isinstance(obj, Trace):
             continue
-        if node.func.attr == "called":
-            if obj.called(*args, **kwargs):
-                continue
-            parts.append(explain_called(obj, *args, **kwargs))
-        else:
-            if obj.has_path(*args):
-                continue
-            parts.append(explain_has_path(obj, *args))
-        if all(t is not obj for t in traces):
-            traces.append(obj)
+        found = _explain(obj, node.func.attr, args, kwargs)
+        if found is None:
+            continue
+        parts.append(found[0])
+        if all(t is not obj for t, _ in traces):
+            traces.append((obj, found[1]))
     if not parts:
         return None
-    return "\n\n".join([*parts, *(trace_excerpt(t) for t in traces)])
+    return "\n\n".join([*parts, *(trace_excerpt(t, f, full=full) for t, f in traces)])
+
+
+def why_false(
+    trace: Trace, query: str, *args: Any, full: str | None = None, **kwargs: Any
+) -> str | None:
+    """What a failed `assert trace.<query>(*args, **kwargs)` ("called", "has_path")
+    shows under its traceback: why, then the call tree around it (`full`: where the
+    whole trace is); None when the query is True."""
+    found = _explain(trace, query, args, kwargs)
+    if found is None:
+        return None
+    return f"{found[0]}\n\n{trace_excerpt(trace, found[1], full=full)}"
+
+
+def _explain(
+    trace: Trace, query: str, args: Any, kwargs: dict[str, Any]
+) -> tuple[str, tuple[str, ...]] | None:
+    """(why the query is False, the names its tree excerpt centres on), or None."""
+    if query == "called":
+        if trace.called(*args, **kwargs):
+            return None
+        return explain_called(trace, *args, **kwargs), _focus_of_called(trace, *args, **kwargs)
+    if trace.has_path(*args):
+        return None
+    return explain_has_path(trace, *args), trace.closest_path(*args).matched[-1:]
+
+
+def _focus_of_called(trace: Trace, callee: str, by: str | None = None) -> tuple[str, ...]:
+    """Where a failed `called` is best seen: the caller it names, else who did call
+    the callee."""
+    return (by,) if by else tuple(trace.callers_of(callee)[:1])
 
 
 def _simple(call: ast.Call) -> bool:
@@ -188,32 +218,41 @@ def explain_has_path(trace: Trace, *functions: str) -> str:
     return "\n".join(lines)
 
 
-def trace_excerpt(trace: Trace, max_lines: int = MAX_TRACE_LINES) -> str:
-    """The trace in the known format, cut to `max_lines` branch lines (head and tail)."""
+def trace_excerpt(
+    trace: Trace,
+    focus: tuple[str, ...] = (),
+    max_lines: int = MAX_TRACE_LINES,
+    full: str | None = None,
+) -> str:
+    """The trace as call trees, cut to `max_lines` lines around the first call of a
+    function `focus` names (glob; the head of the trace when none), with where the
+    whole trace is (`full`)."""
     out = [
         f"trace: backend={trace.backend} kernel={trace.kernel_release or '?'} "
         f"hits={len(trace.hits)} branches={len(trace)} lost={trace.lost}"
     ]
-    budget = max_lines
-    for hit in trace.hits:
-        out.append(format_hit_header(hit))
-        text = format_branches(hit.branches).splitlines() if hit.branches else []
-        if len(text) <= budget:
-            out.extend(text)
-            budget -= len(text)
-        else:
-            head, tail = max(budget - 10, 0), min(10, budget)
-            out.extend(text[:head])
-            out.append(
-                f"... {len(text) - head - tail} lines left out (full trace: --lbr-report=DIR)"
-            )
-            out.extend(text[len(text) - tail :] if tail else [])
-            budget = 0
-        if budget <= 0:
-            rest = len(trace.hits) - trace.hits.index(hit) - 1
-            if rest:
-                out.append(f"... {rest} more hit(s) left out")
-            break
+    trees = [(hit, tree_lines(hit)) for hit in trace.hits if hit.branches]
+
+    def wanted(frame: CallFrame) -> bool:
+        return any(_glob(n, f) for n in frame.names() for f in focus)
+
+    at = next(
+        (
+            i
+            for i, (_, lines) in enumerate(trees)
+            if any(ln.frame is not None and wanted(ln.frame) for ln in lines)
+        ),
+        0,
+    )
+    if trees:
+        hit, lines = trees[at]
+        which = f" (hit {at + 1} of {len(trees)})" if len(trees) > 1 else ""
+        out.append(format_hit_header(hit) + which)
+        out.extend(lines_around(lines, wanted, max_lines))
+    elif trace.hits:
+        out.append(format_hit_header(trace.hits[0]) + " (no calls recorded)")
+    where = full or "--lbr-report=DIR writes it"
+    out.append(f"(the whole trace: {where}; its branch records: trace.edges())")
     return "\n".join(out)
 
 

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 __all__ = [
     "BackendName",
+    "ColorWhen",
     "CoverageFormat",
     "GoldenLevel",
     "LbrFilter",
@@ -103,6 +104,15 @@ class SplatMode(enum.StrEnum):
     OFF = "off"
 
 
+class ColorWhen(enum.StrEnum):
+    """When `pytest-lbr trace` colours its call trees (`--color`): on a terminal
+    (`auto`, the default), `always`, or `never`."""
+
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
 #: What each vocabulary is called in the one-line error.
 _NOUNS: dict[type[enum.StrEnum], str] = {
     BackendName: "backend",
@@ -112,6 +122,7 @@ _NOUNS: dict[type[enum.StrEnum], str] = {
     GoldenLevel: "golden level",
     SplatMode: "kernel-splat mode",
     CoverageFormat: "coverage report format",
+    ColorWhen: "colour choice",
 }
 
 #: Any of the vocabularies above (`parse_name` returns a member of the one it is given).

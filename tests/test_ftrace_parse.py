@@ -401,7 +401,7 @@ def test_an_unseen_caller_is_an_explicit_frame_under_a_running_one(name: str) ->
     # The unseen frame is no call edge: golden traces and called() do not change.
     assert trace.called("_raw_spin_lock", by="htab_lock_bucket")
     assert "(unseen caller)" not in trace.functions()
-    assert "(unseen caller)" in str(trace)
+    assert "(unseen caller)" in trace.edges()
 
 
 def test_kretprobe_handlers_before_the_entry_do_not_hide_the_call() -> None:
@@ -607,13 +607,13 @@ def test_an_unrecorded_function_gets_its_caller_where_the_callers_code_calls_it(
     ksyms = _prog_ksyms(records)
     matcher = [lambda f, a: f in ksyms]
     hits = build_hits([target], matcher, {}, {}, records, site_of=site_of)
-    text = str(Trace(hits=hits))
+    text = Trace(hits=hits).edges()
     assert "(unseen caller) -> htab_lock_bucket" not in text, text
     assert "htab_map_update_elem+0x5a -> htab_lock_bucket+0x0" in text, text
     assert "htab_lock_bucket+0x0 -> htab_map_update_elem+0x5a" in text, text
     # Where no caller's code calls it, the caller stays unknown, as before.
     unknown = build_hits([target], matcher, {}, {}, records, site_of=_NoSites())
-    assert "(unseen caller) -> htab_lock_bucket" in str(Trace(hits=unknown))
+    assert "(unseen caller) -> htab_lock_bucket" in Trace(hits=unknown).edges()
     assert ("htab_map_update_elem", update, lock, 0) in asked
 
 
@@ -668,7 +668,7 @@ def test_records_of_the_function_tracers_own_pid_filter_are_dropped() -> None:
 
     target = parse_target("kfunc:schedule")
     hits = build_hits([target], [lambda f, a: f == "schedule"], {}, {}, records, site_of=Sites())
-    text = str(Trace(hits=hits))
+    text = Trace(hits=hits).edges()
     assert "__schedule" in text and "trace_pid_list_is_set" not in text, text
 
 
@@ -706,7 +706,7 @@ def test_a_helper_two_programs_call_is_the_run_whose_return_comes_first() -> Non
     )
     runs = [h for h in hits if h.target == "prog:name:on_sockops" and h.branches]
     assert runs, str(Trace(hits=hits))
-    text = str(Trace(hits=runs[:1]))
+    text = Trace(hits=runs[:1]).edges()
     assert "bpf_sock_map_update" in text and "-> bpf_trace_printk+0x0" in text, text
 
 
@@ -725,7 +725,7 @@ def test_an_exception_handler_is_entered_by_the_cpu_not_by_an_unseen_caller() ->
     hits = build_hits(
         [target], [lambda f, a: f.endswith("_p")], {}, {}, [base, fault], site_of=_NoSites()
     )
-    text = str(Trace(hits=hits))
+    text = Trace(hits=hits).edges()
     assert "(exception) -> exc_page_fault+0x0" in text, text
     assert "(unseen caller)" not in text, text
     assert "(exception)" not in Trace(hits=hits).functions()
@@ -778,7 +778,7 @@ def test_a_callback_a_helper_runs_is_the_caller_of_its_own_calls() -> None:
     hits = build_hits(
         [target], [lambda f, a: f == name], {}, {}, records, site_of=Sites(), starts=starts
     )
-    text = str(Trace(hits=hits))
+    text = Trace(hits=hits).edges()
     assert len(hits) == 1 and "(unseen caller)" not in text, text
     calls = [(b.src.addr, b.dst.symbol) for b in hits[0].branches if b.kind == "call"]
     assert (callback + 0xF9, "bpf_probe_read_kernel") in calls, text
@@ -795,4 +795,4 @@ def test_a_callback_a_helper_runs_is_the_caller_of_its_own_calls() -> None:
         [target], [lambda f, a: f == name], {}, {}, records, site_of=Sites(),
         starts={0: [(name, main)]},
     )  # fmt: skip
-    assert "(unseen caller) -> bpf_probe_read_kernel+0x0" in str(Trace(hits=alone))
+    assert "(unseen caller) -> bpf_probe_read_kernel+0x0" in Trace(hits=alone).edges()

@@ -25,6 +25,7 @@ from pytest_lbr.live import LiveTrace
 from pytest_lbr.model import Trace
 from pytest_lbr.names import (
     BackendName,
+    ColorWhen,
     CoverageFormat,
     GoldenLevel,
     LbrFilter,
@@ -256,7 +257,12 @@ PLUGIN_CHOICES = {
     "--lbr-filter": LbrFilter,
     "--lbr-kernel-splats": SplatMode,
 }
-CLI_CHOICES = {"--backend": BackendName, "--pmu": PmuName, "--filter": LbrFilter}
+CLI_CHOICES = {
+    "--backend": BackendName,
+    "--pmu": PmuName,
+    "--filter": LbrFilter,
+    "--color": ColorWhen,
+}
 
 
 def test_the_plugins_option_choices_come_from_the_vocabularies() -> None:

@@ -595,8 +595,16 @@ def test_failed_called_explains_itself(suite: pytest.Pytester) -> None:
             "  vfs_write called: rw_verify_area, write_null",
             "trace: backend=graph kernel=6.12.117+deb12-amd64 hits=1 branches=4 lost=0",
             "Hit at kfunc:vfs_write: cpu=0 pid=1 tid=1 branches=4",
-            "[#03] vfs_write+0x10 (fs/x.c:16) -> rw_verify_area+0x0 (fs/x.c:0)",
+            "vfs_write",
+            "  rw_verify_area * (fs/x.c:16)",
+            "  write_null * (fs/x.c:17)",
+            "(the whole trace: --lbr-report=DIR writes it; its branch records: trace.edges())",
         ]
+    )
+    # With --lbr-report, the message says where the whole trace is.
+    rep = suite.path / "rep"
+    suite.runpytest("--lbr-report=rep").stdout.fnmatch_lines(
+        [f"(the whole trace: {rep / 'test_suite.py.test_called.txt'}; *"]
     )
     result.stdout.fnmatch_lines(
         [
@@ -620,8 +628,15 @@ def test_long_traces_are_cut_in_failure_messages(suite: pytest.Pytester) -> None
         """
     )
     result = suite.runpytest()
-    result.stdout.fnmatch_lines(["*... 160 lines left out (full trace: --lbr-report=DIR)*"])
-    assert "f99+0x6" in result.stdout.str()  # the tail (newest records) is kept
+    lines = result.stdout.str().splitlines()
+    tree = lines[
+        lines.index("vfs_write") : lines.index(
+            next(ln for ln in lines if ln.startswith("(the whole trace"))
+        )
+    ]
+    # A tree of 101 lines cut to 40: its head, and how much more there is.
+    assert len(tree) == 40 and tree[-1] == "\u2026 62 more line(s)", tree
+    assert tree[1].startswith("  f0 ") and "f37 " in tree[-2]
     assert "f50+0x0" not in result.stdout.str()
 
 
@@ -636,7 +651,9 @@ def test_report_and_junit_properties(suite: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     rep = suite.path / "rep"
     text = (rep / "test_suite.py.test_write.txt").read_text()
-    assert "vfs_write+0x11 (fs/x.c:17) -> write_zero+0x0 (fs/x.c:0)" in text
+    tree = text.splitlines()[2:]
+    assert tree[0] == "vfs_write" and tree[2].split() == ["write_zero", "(fs/x.c:17)"], text
+    assert "\x1b[" not in text  # no colour in files
     page = (rep / "index.html").read_text()
     assert "<svg" in page and "write_zero" in page and "golden (expected)" in page
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
@@ -647,6 +664,10 @@ def test_report_and_junit_properties(suite: pytest.Pytester) -> None:
         in junit
     )
     result.stdout.fnmatch_lines([f"lbr: report {rep / 'index.html'}"])
+    # The branch records instead, for those who want them.
+    suite.runpytest("--lbr-report=rep", "--lbr-edges").assert_outcomes(failed=1)
+    text = (rep / "test_suite.py.test_write.txt").read_text()
+    assert "vfs_write+0x11 (fs/x.c:17) -> write_zero+0x0 (fs/x.c:0)" in text
 
 
 def test_xdist_updates_from_workers_and_summary_once(suite: pytest.Pytester) -> None:

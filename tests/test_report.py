@@ -97,10 +97,12 @@ def test_files_and_page(tmp_path: Path) -> None:
         tmp_path, record("tests/test_x.py::test_write", write_trace("write_full"), [mismatch()])
     )
     assert text.read_text().startswith("# backend=graph kernel=6.12.117+deb12-amd64 hits=1")
-    assert (
-        "[#08] ksys_write+0x40 (fs/read_write.c:640) -> vfs_write+0x0 (fs/read_write.c:580)"
-        in text.read_text()
-    )
+    # Call trees, the return value at the traced function, each call's line.
+    assert text.read_text().splitlines()[2:5] == [
+        "ksys_write",
+        "  vfs_write = 1                              (fs/read_write.c:640)",
+        "    rw_verify_area                           (fs/read_write.c:590)",
+    ]
     page = write_html(tmp_path)
     assert page is not None
     html = page.read_text()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_lbr.assertions import why_false
+
 
 @pytest.fixture
 def listener():
@@ -38,6 +40,25 @@ def test_connect_goes_through_tcp_v4_connect(listener, lbr):
     # The socket layer hands the connect to TCP, which routes it and sends the SYN.
     assert trace.has_path("__inet_stream_connect", "tcp_v4_connect", "tcp_connect")
     assert trace.called("ip_route_output_key_hash*", by="*")
+
+
+def test_a_failed_query_shows_the_calls_around_it(listener, lbr):
+    with lbr.trace("kfunc:tcp_v4_connect") as trace:
+        connect(listener)
+
+    # What a failed `assert trace.called("tcp_connect", by=...)` shows under its
+    # traceback: tcp_connect was called, by tcp_v4_connect, not by the route lookup.
+    text = why_false(trace, "called", "tcp_connect", by="ip_route_output_key_hash*")
+    assert text is not None
+    assert "tcp_connect was called, but by: tcp_v4_connect" in text, text
+    # Then, of a call tree of hundreds of lines, the 40 around the route lookup:
+    # the calls that lead to it first, the lines left out counted.
+    assert len(str(trace).splitlines()) > 100, str(trace)
+    tree = text[text.index("Hit at kfunc:tcp_v4_connect") :].splitlines()[1:]
+    assert tree[-1].startswith("(the whole trace:"), text
+    assert len(tree) - 1 <= 40 and tree[0] == "tcp_v4_connect = 0", text
+    assert any(line.lstrip().startswith("ip_route_output_key_hash") for line in tree), text
+    assert any(line.lstrip().startswith("\u2026 ") for line in tree), text
 
 
 @pytest.fixture

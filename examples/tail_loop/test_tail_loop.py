@@ -11,7 +11,7 @@ import re
 import pytest
 from packets import eth, ipv4, udp
 
-from pytest_lbr.assertions import explain_called
+from pytest_lbr.assertions import why_false
 
 XDP_PASS = 2
 packet = eth(ipv4(udp(b"x")))
@@ -34,7 +34,8 @@ def test_inlined_loop_subprogram_and_tail_call(tail_loop, lbr):
     assert trace.called("bpf_get_prandom_u32", by="loop_cb")
     assert trace.called("bpf_ktime_get_ns", by="sub_stamp")
     # The tail call reads as one, and counts as entry calling stage2.
-    assert re.search(r"^entry -> stage2\+0x0 .*\(tail call\)$", str(trace), re.M)
+    assert re.search(r"^  stage2 \(tail call from entry\)", str(trace), re.M), str(trace)
+    assert re.search(r"^entry -> stage2\+0x0 .*\(tail call\)$", trace.edges(), re.M)
     assert trace.called("stage2", by="entry")
     assert trace.called("bpf_get_prandom_u32", by="stage2")
 
@@ -44,10 +45,18 @@ def test_a_failed_called_names_the_inlining(tail_loop, lbr):
     with lbr.trace(entry) as trace:
         entry.run(data=packet)
 
-    text = explain_called(trace, "bpf_loop", by="entry")
+    text = why_false(trace, "called", "bpf_loop", by="entry")
+    assert text is not None
     assert "bpf_loop: inlined by this kernel's verifier in entry" in text
     # loop_cb runs LOOPS (2) times, calling bpf_get_prandom_u32 once each time.
     assert "its callback loop_cb made 2 call(s) in this trace" in text
+    # Then the call tree around entry: where loop_cb's calls were made.
+    tree = text[text.index("Hit at ") :].splitlines()[1:]
+    assert tree[-1].startswith("(the whole trace:"), text
+    assert 0 < len(tree) - 1 <= 40 and tree[0].startswith("entry"), text
+    assert "  loop_cb (entry not recorded)" in tree, text
+    called = "    bpf_get_prandom_u32 \u2192 bpf_user_rnd_u32 \u00d72"
+    assert any(line.startswith(called) for line in tree), text
 
 
 def test_tracing_the_tail_call_target(tail_loop, lbr):

@@ -1,14 +1,16 @@
 """`pytest-lbr`: explore with traces before writing a test.
 
     pytest-lbr trace TARGET... [--pid P | --cgroup PATH | --all] [--comm NAME] [--json]
-                     [--errors-only] [--disasm] [--count N | --duration S]
+                     [--errors-only] [--edges | --disasm] [--color WHEN]
+                     [--count N | --duration S]
     pytest-lbr diff A.lbr B.lbr
     pytest-lbr doctor [--mount] [--helpers [--markdown]]
     pytest-lbr fetch-vmlinux [RELEASE]
     pytest-lbr selftest [--out DIR] [--vmlinux PATH] [--compare LBR_REPORT GRAPH_REPORT]
 
 `trace` attaches to any target `lbr.trace` accepts and prints each hit as it
-completes (`pytest_lbr.live`), in the retsnoop/bpflbr format or as JSON, of every
+completes (`pytest_lbr.live`): its call tree, its branch records in the retsnoop/bpflbr
+format (`--edges`, `--disasm`) or JSON, of every
 process but its own unless told whose. `diff` compares two golden files with the
 plugin's own parser.
 `doctor` says what this machine can trace and, for each thing it cannot, the fix;
@@ -41,7 +43,8 @@ from types import FrameType
 from typing import TextIO
 
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, format_branches, format_hit_header
-from pytest_lbr.names import BackendName, LbrFilter, PmuName, choices
+from pytest_lbr.model.text import tree_lines
+from pytest_lbr.names import BackendName, ColorWhen, LbrFilter, PmuName, choices
 from pytest_lbr.progress import set_progress
 
 __all__ = ["DoctorCheck", "doctor_checks", "main", "mount_check"]
@@ -101,11 +104,15 @@ def _disasm_lines(branch: Branch) -> list[str]:
     return out
 
 
-def format_hit(hit: Hit, disasm: bool = False) -> str:
-    """A hit as `pytest-lbr trace` prints it: header, then one line per branch."""
+def format_hit(hit: Hit, disasm: bool = False, edges: bool = False, color: bool = False) -> str:
+    """A hit as `pytest-lbr trace` prints it: header, then its call tree, or
+    (`edges`, `disasm`) one line per branch."""
     lines = [format_hit_header(hit)]
     if not hit.branches:
         return lines[0]
+    if not (disasm or edges):
+        lines.extend(line.text for line in tree_lines(hit, color=color))
+        return "\n".join(lines)
     if not disasm:
         lines.append(format_branches(hit.branches))
         return "\n".join(lines)
@@ -158,13 +165,19 @@ def _trace(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"pytest-lbr: cannot trace: {live.reason}", file=err)
         return EXIT_FOUND
 
+    color = args.color == ColorWhen.ALWAYS or (args.color == ColorWhen.AUTO and out.isatty())
+
     def keep(hit: Hit) -> bool:
         if args.errors_only and not is_error(hit.retval):
             return False
         return args.comm is None or comm_matches(hit, args.comm)
 
     def show(hit: Hit) -> None:
-        text = json.dumps(hit_json(hit)) if args.json else format_hit(hit, args.disasm)
+        text = (
+            json.dumps(hit_json(hit))
+            if args.json
+            else format_hit(hit, args.disasm, args.edges, color)
+        )
         print(text, file=out, flush=True)
 
     stop = _Stop()
@@ -589,7 +602,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pytest-lbr", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    tr = sub.add_parser("trace", help="attach to targets and print each hit's branches")
+    tr = sub.add_parser("trace", help="attach to targets and print each hit's calls")
     tr.add_argument(
         "targets", nargs="+", metavar="TARGET", help="kfunc:NAME, prog:ID, tp:CAT/NAME ..."
     )
@@ -607,7 +620,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(software perf events: every hit, no branches, where no CPU has LBR)",
     )
     tr.add_argument("--filter", choices=choices(LbrFilter), help="LBR branch filter (LBR only)")
-    tr.add_argument("--disasm", action="store_true", help="show the instructions at each branch")
+    shown = tr.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--edges", action="store_true", help="branch records (src -> dst), not call trees"
+    )
+    shown.add_argument(
+        "--disasm", action="store_true", help="branch records with the instructions at each"
+    )
+    tr.add_argument(
+        "--color",
+        choices=choices(ColorWhen),
+        default=ColorWhen.AUTO.value,
+        help="colour the call trees: auto (default: on a terminal), always, never",
+    )
     whose = tr.add_mutually_exclusive_group()
     whose.add_argument("--pid", type=_positive(int), metavar="P", help="trace process P only")
     whose.add_argument(

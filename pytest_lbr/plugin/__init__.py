@@ -89,6 +89,14 @@ _OPTIONS: list[tuple[str, dict[str, Any], str]] = [
         },
         "string",
     ),
+    (
+        "--lbr-edges",
+        {
+            "action": "store_true",
+            "help": "report text files hold branch records (src -> dst), not call trees",
+        },
+        "bool",
+    ),
 ]
 
 

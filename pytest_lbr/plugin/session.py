@@ -82,6 +82,7 @@ class LbrSession:
         self.vmlinux = option(config, "lbr_vmlinux") or None
         report = option(config, "lbr_report")
         self.report_dir = Path(report).resolve() if report else None
+        self.edges = bool(option(config, "lbr_edges"))
         self.is_worker = is_worker(config)
         if self.enabled and self.vmlinux:
             self._check_vmlinux(str(self.vmlinux))
@@ -272,8 +273,10 @@ class LbrSession:
                 report.longrepr, "addsection"
             ):
                 from pytest_lbr.assertions import explain_failure
+                from pytest_lbr.report.render import text_file
 
-                text = explain_failure(call.excinfo)
+                full = None if self.report_dir is None else text_file(self.report_dir, item.nodeid)
+                text = explain_failure(call.excinfo, full=None if full is None else str(full))
                 if text:
                     report.longrepr.addsection("lbr: why the trace query failed", text)  # type: ignore[union-attr]
 
@@ -287,7 +290,7 @@ class LbrSession:
         record.reported = True  # a test may use both `lbr` and `lbr_golden`
         from pytest_lbr.report.render import write_test_files
 
-        text_path = write_test_files(self.report_dir, record)
+        text_path = write_test_files(self.report_dir, record, edges=self.edges)
         item.user_properties.append(("lbr_trace", str(text_path)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

@@ -47,13 +47,18 @@ def _file_stem(nodeid: str) -> str:
     return safe_file_name(nodeid.replace("::", "."))[:200]
 
 
-def write_test_files(report_dir: Path, record: TestRecord) -> Path:
-    """Write the test's trace text (and kernel splats) and its part of the HTML page;
-    return the text path."""
+def text_file(report_dir: Path, nodeid: str) -> Path:
+    """Where a test's trace text goes."""
+    return report_dir / f"{_file_stem(nodeid)}.txt"
+
+
+def write_test_files(report_dir: Path, record: TestRecord, *, edges: bool = False) -> Path:
+    """Write the test's trace text (call trees; `edges`: branch records) and kernel
+    splats, and its part of the HTML page; return the text path."""
     stem = _file_stem(record.nodeid)
     (report_dir / ".parts").mkdir(parents=True, exist_ok=True)
-    text_path = report_dir / f"{stem}.txt"
-    texts = [str(t) for t in record.traces]
+    text_path = text_file(report_dir, record.nodeid)
+    texts = [t.edges() if edges else str(t) for t in record.traces]
     texts += [f"# kernel splat\n{splat.text}" for splat in record.splats]
     text_path.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
     raw = [t.capture_text for t in record.traces if t.capture_text]

@@ -229,9 +229,29 @@ def test_trace_prints_a_hit_in_the_documented_format(
         assert lines == [lines[0]] and m.group("n") == "0", res.stdout
         assert err[1].startswith(NO_BRANCHES), err
         return
+    # A call tree: the writer's write(2): ksys_write hands it to vfs_write (whose
+    # return value the hit has), which calls write_null.
+    assert lines[1] == "ksys_write", res.stdout
+    assert lines[2].split()[:3] == ["vfs_write", "=", "2"], res.stdout
+    assert any(line.split()[:1] == ["write_null"] and line.startswith("    ") for line in lines)
+    assert not any(" -> " in line for line in lines), res.stdout
+    # --edges: the branch records, one line per branch; inlined frames (with a debug
+    # vmlinux, as on 6.1) follow on indented continuation lines.
+    res = cli(
+        "trace",
+        "kfunc:vfs_write",
+        *BACKEND_ARGS[backend],
+        "--pid",
+        str(writer.pid),
+        "--count",
+        "1",
+        "--edges",
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    m = HIT.fullmatch(lines[0])
+    assert m, res.stdout
     n = int(m.group("n"))
-    # One line per branch; inlined frames (with a debug vmlinux, as on 6.1) follow on
-    # indented continuation lines.
     branch_lines = [line for line in lines[1:] if not line.startswith("    . inlined ")]
     assert n == len(branch_lines) > 0 and lines[1].startswith(f"[#{n - 1:02d}] ")
     assert all(BRANCH.fullmatch(line) for line in branch_lines), res.stdout

@@ -81,19 +81,33 @@ def test_helpers_match_by_the_name_the_c_wrote_and_by_the_kernel_name() -> None:
 
 
 def test_the_text_names_both() -> None:
-    text = str(tail_loop_trace())
+    text = tail_loop_trace().edges()
     assert "loop_cb+0x1d -> bpf_user_rnd_u32+0x0 [bpf_get_prandom_u32]" in text
     # A helper whose implementation has its own name is not repeated.
     assert "bpf_ktime_get_ns+0x0 [" not in text
 
 
+def test_the_tree_names_both_and_puts_each_call_under_the_function_that_made_it() -> None:
+    lines = str(tail_loop_trace()).splitlines()
+    tree = lines[lines.index(next(ln for ln in lines if ln.startswith("Hit at"))) + 1 :]
+    assert tree == [
+        "entry",
+        "  loop_cb (entry not recorded)",
+        "    bpf_get_prandom_u32 \u2192 bpf_user_rnd_u32 \u00d72",
+        "  sub_stamp (entry not recorded)",
+        "    bpf_ktime_get_ns",
+        "  stage2 (tail call from entry)",
+        "    bpf_get_prandom_u32 \u2192 bpf_user_rnd_u32",
+    ]
+
+
 def test_a_tail_call_reads_as_one_and_counts_as_a_call() -> None:
     t = tail_loop_trace()
-    assert "\nentry -> stage2+0x0 (tail call)\n" in str(t)
-    assert "(unseen caller) -> stage2" not in str(t)
+    assert "\nentry -> stage2+0x0 (tail call)\n" in t.edges()
+    assert "(unseen caller) -> stage2" not in t.edges()
     # Its return goes where entry was called from: not an unseen caller.
-    assert str(t).endswith("\nstage2+0x0 -> the caller of entry (end of the tail call)"), str(t)
-    assert "(unseen caller)" not in str(t)
+    assert t.edges().endswith("\nstage2+0x0 -> the caller of entry (end of the tail call)"), str(t)
+    assert "(unseen caller)" not in t.edges()
     assert t.called("stage2", by="entry")
     assert not t.called("stage2", by="loop_cb")
 
