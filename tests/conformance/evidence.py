@@ -100,7 +100,7 @@ def assert_called(trace: Trace, by: str, names: Iterable[str]) -> None:
     `Trace.no_branches` says why) cannot tell calls, and does not pretend to: then
     only the program's hits are asserted.
     """
-    text = str(trace)
+    text = trace.edges()
     hits = [h for h in trace.hits if h.target.rsplit(":", 1)[-1] == by]
     assert hits, (by, text)
     if trace.no_branches:

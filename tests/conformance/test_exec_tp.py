@@ -67,7 +67,7 @@ def test_exec_tracepoint_sees_the_childs_exec(bpf, lbr, built):
     printed = [line for line in printk_lines() if line.tid == child.pid]
     assert [line.message for line in printed] == [f"exec {TRUE}"], printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == child.pid], text
     assert {h.pid for h in trace.hits} <= {child.pid, os.getpid()}, text
     assert_called(trace, PROG, HELPERS)

@@ -74,7 +74,7 @@ def test_fentry_finds_the_mapping_of_our_getpid(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == pid]
     assert f"find_vma {addr:x}: {name}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == pid], text
     assert_called(trace, PROG, HELPERS)
     # Its two bpf_printk calls (lines 55 and 60) are one call instruction (line 0).

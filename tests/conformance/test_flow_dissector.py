@@ -79,6 +79,6 @@ def test_flow_dissector_dissects_the_frames_a_tap_receives(bpf, lbr, built, veth
     assert (seen["last_sport"], seen["last_dport"]) == (SPORT, PORT), seen
     assert seen["last_thoff"] == IP_HLEN, seen  # nhoff 0: tun pulled the Ethernet header
 
-    text = str(trace)
+    text = trace.edges()
     assert_called(trace, "dissect", ("bpf_skb_load_bytes",))
     assert "(unseen caller)" not in text, text

@@ -55,7 +55,7 @@ def test_fmod_ret_refuses_getpgid_for_user_space(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == pid]
     assert f"fmod_ret: getpgid({pid}) -> {-errno.EACCES}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     hits = [h for h in trace.hits if h.pid == pid]
     assert len(hits) == 2, text  # one run per getpgid
     if all(h.retval is None for h in hits):

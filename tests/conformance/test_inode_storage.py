@@ -67,7 +67,7 @@ def test_lsm_program_counts_our_opens_in_inode_storage(bpf, lbr, built, tmp_path
     for n in (1, 2, 3):
         assert f"inode {ino}: open {n} by {pid}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert len([h for h in trace.hits if h.pid == pid]) >= 3, text
     assert_called(trace, PROG, HELPERS)
     assert "(unseen caller)" not in text, text

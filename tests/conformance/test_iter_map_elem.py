@@ -40,7 +40,7 @@ def test_map_element_iterator_lists_the_map(bpf, lbr, built):
     totals = {n: struct.unpack("<Q", raw)[0] for n, raw in global_vars(obj).items()}
     assert totals == {"elems": len(SCORES), "total": sum(SCORES.values())}, totals
 
-    text = str(trace)
+    text = trace.edges()
     assert trace.hits and {h.pid for h in trace.hits} == {os.getpid()}, text
     assert_called(trace, PROG, HELPERS)
     assert "(unseen caller)" not in text, text

@@ -45,7 +45,7 @@ def test_bpf_for_and_bpf_repeat_loop_with_numeric_iterators(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == os.getpid()]
     assert f"iter_num: n={N} sum={wanted} repeats={N}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h.target for h in trace.hits] == [f"prog:name:{PROG}"], text
     assert_called(trace, PROG, KFUNCS)
     assert "(unseen caller)" not in text, text

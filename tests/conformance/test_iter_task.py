@@ -57,7 +57,7 @@ def test_task_iterator_lists_this_process(bpf, lbr, built):
     assert [(b"TSK1", tgid, tid, n) for n, (tgid, tid, _) in enumerate(lines)] == records
     assert trailer == TRAILER, trailer
 
-    text = str(trace)
+    text = trace.edges()
     assert trace.hits, text
     assert {h.pid for h in trace.hits} == {pid}, text
     assert_called(trace, PROG, HELPERS)

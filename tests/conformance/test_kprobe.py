@@ -64,7 +64,7 @@ def test_kprobe_and_kretprobe_time_our_unlink(bpf, lbr, built, tmp_path):
     assert delta_ns > 0
     assert list(obj.maps["starts"].keys()) == []  # the return deleted what the entry put
 
-    text = str(trace)
+    text = trace.edges()
     assert sorted(h.target for h in trace.hits) == [
         "prog:name:unlink_enter",
         "prog:name:unlink_return",

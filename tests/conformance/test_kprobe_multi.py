@@ -78,7 +78,7 @@ def test_kprobe_multi_counts_our_dir_ops(bpf, lbr, built, tmp_path):
     assert "kprobe.multi: do_mkdirat" in printed, printed
     assert "kprobe.multi: do_rmdir" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert len([h for h in trace.hits if h.pid == pid]) == 2, text
     assert_called(
         trace,

@@ -42,7 +42,7 @@ def test_ksyscall_sees_our_kill(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == tid]
     assert [m for m in printed if m.startswith(wanted)], printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == pid], text
     assert_called(trace, "kill_entry", ("bpf_get_current_pid_tgid", "bpf_printk"))
     assert "(unseen caller)" not in text, text

@@ -63,7 +63,7 @@ def test_lsm_program_denies_our_open(bpf, lbr, built, tmp_path):
     assert "lsm file_open: lsm-allow-me allowed" in printed, printed
     assert "lsm file_open: lsm-deny-me denied" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert len([h for h in trace.hits if h.pid == pid]) >= 2, text
     assert_called(trace, "deny_open", HELPERS)
     assert "(unseen caller)" not in text, text

@@ -63,6 +63,6 @@ def test_netfilter_local_in_sees_our_datagrams(bpf, lbr, built):
     assert seen["packets"] == DATAGRAMS, seen
     assert (seen["hook"], seen["sport"]) == (NF_INET_LOCAL_IN, sport), seen
 
-    text = str(trace)
+    text = trace.edges()
     assert_called(trace, "nf_count", HELPERS)
     assert "(unseen caller)" not in text, text

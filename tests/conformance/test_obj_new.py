@@ -69,7 +69,7 @@ def test_fentry_allocates_and_drops_an_object_per_fsync(bpf, lbr, built, tmp_pat
     printed = [line.message for line in printk_lines() if line.tid == pid]
     assert f"obj_new: fsync of inode {ino} by {pid}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == pid], text
     assert_called(trace, PROG, HELPERS)
     # bpf_obj_new_impl and bpf_obj_drop_impl reach irq_work_queue through

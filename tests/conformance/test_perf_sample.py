@@ -43,7 +43,7 @@ def test_perf_event_program_samples_our_process(bpf, lbr, built):
 
     assert samples > 0
     assert deepest > 0  # a kernel stack was taken
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == os.getpid()], text
     assert_called(trace, PROG, ("bpf_get_current_pid_tgid", "bpf_get_stack"))
     assert "(unseen caller)" not in text, text

@@ -67,7 +67,7 @@ def test_raw_tracepoint_sees_the_childs_exec(bpf, lbr, built):
     printed = [line for line in printk_lines() if line.tid == child.pid]
     assert [line.message for line in printed] == [f"raw_tp exec: pid={child.pid} {TRUE}"], printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == child.pid], text
     assert_called(trace, "raw_exec", HELPERS)
     # Each call at its own line (not the next statement's: bpf_ringbuf_submit's).

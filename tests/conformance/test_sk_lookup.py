@@ -51,6 +51,6 @@ def test_sk_lookup_steers_a_connection_to_our_listener(bpf, lbr, built, veth):
     assert seen["steered"] == 1, seen
     assert seen["remote_port"] == client_port, (seen, client_port)
 
-    text = str(trace)
+    text = trace.edges()
     assert_called(trace, "steer", HELPERS)
     assert "(unseen caller)" not in text, text

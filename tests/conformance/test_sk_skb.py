@@ -63,7 +63,7 @@ def test_stream_verdict_sees_what_our_socket_receives(bpf, lbr, built):
     established_ns, local_port, _ = STAMP.unpack(raw)
     assert local_port == port and established_ns >= before, (local_port, established_ns)
 
-    text = str(trace)
+    text = trace.edges()
     for name, helpers in HELPERS.items():
         assert_called(trace, name, helpers)
     assert "(unseen caller)" not in text, text

@@ -64,7 +64,7 @@ def test_task_iterator_dumps_a_sleeping_childs_kernel_stack(bpf, lbr, built):
     assert any("nanosleep" in str(n) for n in names), names
     assert int.from_bytes(global_vars(obj)["dumped"], "little") == 1
 
-    text = str(trace)
+    text = trace.edges()
     assert trace.hits, text
     assert_called(trace, PROG, HELPERS)
     assert "(unseen caller)" not in text, text

@@ -46,6 +46,6 @@ def test_tc_ingress_copies_our_datagram_through_a_dynptr(bpf, lbr, built, veth):
     assert seen["payload"] == DATAGRAMS[-1][:HEAD], seen  # read back out of the dynptr
     assert seen["scratch"] == DATAGRAMS[-1][:HEAD], seen  # what the dynptr wrote
 
-    text = str(trace)
+    text = trace.edges()
     assert_called(trace, "tc_dynptr", HELPERS)
     assert "(unseen caller)" not in text, text

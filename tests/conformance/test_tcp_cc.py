@@ -57,7 +57,7 @@ def test_bpf_congestion_control_runs_for_our_socket(bpf, lbr, built):
     inits, avoids = struct.unpack("<QQ", section_map(obj, ".bss")[0])
 
     assert inits >= 1 and avoids >= 1, (inits, avoids)
-    text = str(trace)
+    text = trace.edges()
     assert_called(trace, "lbr_init", ("bpf_printk",))
     assert_called(trace, "lbr_cong_avoid", ("tcp_reno_cong_avoid",))
     assert "(unseen caller)" not in text, text

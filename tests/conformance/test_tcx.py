@@ -59,6 +59,6 @@ def test_tcx_ingress_link_sees_our_datagrams(bpf, lbr, built, veth):
     assert int.from_bytes(seen["packets"], "little") == len(DATAGRAMS), seen
     assert seen["head"] == DATAGRAMS[-1][:8], seen
 
-    text = str(trace)
+    text = trace.edges()
     assert_called(trace, "tcx_count", HELPERS)
     assert "(unseen caller)" not in text, text

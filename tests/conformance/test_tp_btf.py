@@ -69,7 +69,7 @@ def test_tp_btf_gives_the_forked_child_task_storage(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == pid]
     assert f"fork: {pid} -> {child.pid}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == pid], text
     assert_called(
         trace,
@@ -110,7 +110,7 @@ def test_tp_btf_holds_the_child_with_kfuncs(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == pid]
     assert f"kfuncs: child {child.pid} of {pid}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.pid == pid], text
     assert_called(
         trace,

@@ -63,7 +63,7 @@ def test_uprobe_and_uretprobe_see_our_getpid(bpf, lbr, built):
     printed = [line.message for line in printk_lines() if line.tid == tid]
     assert f"uprobe getpid: tid={tid}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert {h.target for h in trace.hits} == {
         "prog:name:getpid_enter",
         "prog:name:getpid_return",

@@ -75,7 +75,7 @@ def test_usdt_program_sees_every_tick_of_our_program(bpf, lbr, built, usdt_targe
     for seq, value in enumerate(values):
         assert f"usdt lbr_demo:tick: seq={seq} value={value}" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert len([h for h in trace.hits if h.pid == child]) == TICKS, text
     assert_called(trace, PROG, HELPERS)
     if not trace.no_branches:

@@ -74,7 +74,7 @@ def test_xdp_on_a_veth_arms_a_timer_whose_callback_runs(bpf, lbr, built, veth):
     printed = [line.message for line in printk_lines()]
     assert "xdp timer: run 1" in printed, printed
 
-    text = str(trace)
+    text = trace.edges()
     assert [h for h in trace.hits if h.in_interrupt], text  # softirq, both of them
     assert_called(trace, PROG, HELPERS)
     if not trace.no_branches:  # the callback's runs are hits of xdp_timer

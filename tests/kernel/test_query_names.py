@@ -79,7 +79,7 @@ def trace_ours(bpf: Any, lbr: Any) -> tuple[Trace, Trace]:
 
 
 def assert_named_as_written(trace: Trace, by: str) -> None:
-    text = str(trace)
+    text = trace.edges()
     for helper in MAP_CALLS:
         assert trace.called(helper, by=by), f"{helper} by {by}:\n{text}"
     # The kernel's map functions carry the helper's name on this call.
