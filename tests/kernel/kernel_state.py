@@ -50,6 +50,32 @@ def tracefs_state() -> dict[str, object]:
     return out
 
 
+def tracefs_left_behind(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:
+    """What `after` (a `tracefs_state()`) holds that `before` did not, file by file:
+    functions enabled more often (enabled_functions: a leak adds; a hook of another
+    test, released by the kernel later, only removes), any other file changed."""
+    out: dict[str, object] = {}
+    for key, now in after.items():
+        was = before.get(key)
+        if key == "enabled_functions" and isinstance(now, str) and isinstance(was, str):
+            more = {fn: n for fn, n in _enabled(now).items() if n > _enabled(was).get(fn, 0)}
+            if more:
+                out[key] = more
+        elif now != was:
+            out[key] = (was, now)
+    return out
+
+
+def _enabled(text: str) -> dict[str, int]:
+    # "vfs_write (1) R I  tramp: ..." -> {"vfs_write": 1}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" (")
+        count = rest.partition(")")[0]
+        out[name] = int(count) if count.isdigit() else 1
+    return out
+
+
 def open_fds() -> tuple[int, int]:
     """(all, perf events): the open file descriptors of this process."""
     perf = 0

@@ -31,7 +31,13 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.tracer import Tracer
-from tests.kernel.kernel_state import bpf_ids, open_fds, session_backend, tracefs_state
+from tests.kernel.kernel_state import (
+    bpf_ids,
+    open_fds,
+    session_backend,
+    tracefs_left_behind,
+    tracefs_state,
+)
 
 pytestmark = pytest.mark.kernel
 
@@ -177,5 +183,7 @@ def test_trace_under_load_holds_only_its_own_hits(backend: str, tmp_path: Path) 
     # One hit per write, in order; none lost, which is also the true loss.
     assert [h.retval for h in trace.hits] == sizes
     assert trace.lost == WRITES - len(trace.hits) == 0
+    left = tracefs_left_behind(before.pop("tracefs"), after.pop("tracefs"))  # type: ignore[arg-type]
+    assert left == {}, left
     assert after == before, _fd_targets()
     print(f"{backend}: {WRITES} own hits; the writer child wrote {others} times meanwhile")
