@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.report.flame import FLAME_WIDTH, flame_svg, folded_lines, folded_stacks
-from pytest_lbr.report.render import _trace_json, write_html, write_test_files
+from pytest_lbr.report.render import trace_json, write_html, write_test_files
 from tests.test_report import CHROMIUM, record, screenshot, write_trace
 
 
 def test_each_call_is_one_sample_of_its_stack() -> None:
-    hits = _trace_json(write_trace())["hits"]
+    hits = trace_json(write_trace())["hits"]
     counts = folded_stacks(hits + hits)  # two runs of the same path add up
     top = "kfunc:vfs_write;ksys_write;vfs_write"
     assert counts == {
@@ -39,7 +39,7 @@ def test_separators_in_names_do_not_split_frames() -> None:
 
 
 def test_frame_widths_are_calls_at_or_under_them() -> None:
-    svg = flame_svg(folded_stacks(_trace_json(write_trace())["hits"]))
+    svg = flame_svg(folded_stacks(trace_json(write_trace())["hits"]))
     frames = dict(
         re.findall(
             r"<title>([^:<]+): \d+ calls[^<]*</title><rect x=\"[\d.]+\" y=\"\d+\" width=\"([\d.]+)\"",

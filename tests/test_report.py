@@ -7,6 +7,7 @@ their colours where the diagram is, not a blank or broken page.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tempfile
@@ -17,7 +18,13 @@ import pytest
 from pytest_lbr.golden import GoldenResult
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.report.record import TestRecord
-from pytest_lbr.report.render import call_tree, render_html, write_html, write_test_files
+from pytest_lbr.report.render import (
+    call_tree,
+    render_html,
+    trace_json,
+    write_html,
+    write_test_files,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NODE_BLUE = (0xCF, 0xE3, 0xFF)  # svg.tree rect.fn fill
@@ -68,28 +75,17 @@ def mismatch() -> GoldenResult:
     )
 
 
-def test_call_tree_nests_calls_and_returns() -> None:
-    hit = {
-        "target": "kfunc:vfs_write",
-        "branches": [
-            [
-                br.kind,
-                br.src.symbol,
-                br.src.name,
-                br.src.source,
-                br.dst.symbol,
-                br.dst.name,
-                br.dst.source,
-            ]
-            for br in write_trace().hits[0].branches
-        ],
-    }
-    root = call_tree(hit)
+def test_the_diagram_draws_the_texts_call_tree() -> None:
+    """The report part keeps each hit's call tree (`model.text.call_tree`), which the
+    diagram draws under the target's label: one tree for text and page."""
+    part = trace_json(write_trace())
+    root = call_tree(part["hits"][0])
     (ksys,) = root.children
     (vfs,) = ksys.children
-    assert (ksys.name, vfs.name) == ("ksys_write", "vfs_write")
+    assert (root.name, ksys.name, vfs.name) == ("kfunc:vfs_write", "ksys_write", "vfs_write")
     assert [c.name for c in vfs.children] == ["rw_verify_area", "write_null", "fsnotify_modify"]
     assert [c.name for c in vfs.children[0].children] == ["security_file_permission"]
+    json.dumps(part)  # what the part file holds
 
 
 def test_files_and_page(tmp_path: Path) -> None:
@@ -173,7 +169,7 @@ def test_screenshot_shows_the_diagram(tmp_path: Path) -> None:
             "outcome": "passed",
             "text": "t.txt",
             "traces": [
-                __import__("pytest_lbr.report.render", fromlist=["x"])._trace_json(write_trace())
+                __import__("pytest_lbr.report.render", fromlist=["x"]).trace_json(write_trace())
             ],
             "golden": [],
         }

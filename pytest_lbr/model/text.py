@@ -79,14 +79,22 @@ class CallFrame:
     count: int = 1
 
     @property
+    def title(self) -> str:
+        """The frame's name as a line shows it, and how it was entered: without the
+        count of folded calls."""
+        return f"{self._name} {self.note}" if self.note else self._name
+
+    @property
     def label(self) -> str:
         """The frame's name as a line shows it."""
-        name = self.function
-        if self.helper and self.helper != self.function:
-            name = f"{self.helper} \u2192 {self.function}"
-        if self.count > 1:
-            name += f" \u00d7{self.count}"
+        name = self._name + (f" \u00d7{self.count}" if self.count > 1 else "")
         return f"{name} {self.note}" if self.note else name
+
+    @property
+    def _name(self) -> str:
+        if self.helper and self.helper != self.function:
+            return f"{self.helper} \u2192 {self.function}"
+        return self.function
 
     def names(self) -> tuple[str, ...]:
         """The names a query may know this frame by."""

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_lbr.golden.storage import safe_file_name
-from pytest_lbr.model import CALL_KINDS, FRAME_KINDS, Trace
+from pytest_lbr.model import Trace
+from pytest_lbr.model.text import CallFrame
+from pytest_lbr.model.text import call_tree as call_tree_of
 from pytest_lbr.report.flame import flame_svg, folded_lines, stacks_of
 
 if TYPE_CHECKING:
@@ -32,7 +34,10 @@ __all__ = [
     "MAX_NODES",
     "MAX_ROWS",
     "call_tree",
+    "frame_json",
     "render_html",
+    "text_file",
+    "trace_json",
     "tree_svg",
     "write_html",
     "write_test_files",
@@ -65,7 +70,7 @@ def write_test_files(report_dir: Path, record: TestRecord, *, edges: bool = Fals
     if raw:
         # What the backend read, as it read it: the evidence behind a surprising trace.
         (report_dir / f"{stem}.capture.txt").write_text("\n".join(raw), encoding="utf-8")
-    traces = [_trace_json(t) for t in record.traces]
+    traces = [trace_json(t) for t in record.traces]
     stacks = stacks_of(traces)
     if stacks:
         (report_dir / f"{stem}.folded").write_text(folded_lines(stacks), encoding="utf-8")
@@ -99,7 +104,8 @@ def _loc(loc: Any) -> list[Any]:
     return [loc.symbol, loc.name, loc.source]
 
 
-def _trace_json(trace: Trace) -> dict[str, Any]:
+def trace_json(trace: Trace) -> dict[str, Any]:
+    """A trace as a report part keeps it: its hits' branches and call trees."""
     return {
         "targets": trace.targets,
         "backend": trace.backend,
@@ -114,6 +120,7 @@ def _trace_json(trace: Trace) -> dict[str, Any]:
                 "tid": h.tid,
                 "retval": h.retval,
                 "branches": [[b.kind, *_loc(b.src), *_loc(b.dst)] for b in h.branches],
+                "tree": frame_json(call_tree_of(h)) if h.branches else None,
             }
             for h in trace.hits
         ],
@@ -125,55 +132,33 @@ def _trace_json(trace: Trace) -> dict[str, Any]:
 
 @dataclass
 class Node:
-    """A function in the call tree; `count` > 1 when identical sibling calls were folded."""
+    """A call in the diagram: the text's `CallFrame` as the report part keeps it (JSON);
+    `count` > 1 when identical calls in a row were folded."""
 
     name: str
+    label: str = ""
     children: list[Node] = field(default_factory=list)
     count: int = 1
     new: bool = False
 
 
+def frame_json(frame: CallFrame) -> dict[str, Any]:
+    """A hit's call tree (`pytest_lbr.model.text.call_tree`) as the report part keeps it."""
+    return {
+        "name": frame.function,
+        "label": frame.title,
+        "count": frame.count,
+        "children": [frame_json(c) for c in frame.children],
+    }
+
+
 def call_tree(hit: dict[str, Any]) -> Node:
-    """The call tree of one hit from its call/ret branches (LBR without returns: flat)."""
-    root = Node(hit["target"])
-    stack = [root]
-    for kind, src_sym, _sn, _ss, dst_sym, _dn, _ds in hit["branches"]:
-        if kind in FRAME_KINDS:
-            if len(stack) == 1 and not root.children and src_sym and kind in CALL_KINDS:
-                # Show the traced function itself under the target label.
-                caller = Node(src_sym)
-                root.children.append(caller)
-                stack.append(caller)
-            name = dst_sym or "?"
-            if kind == "unseen":  # its source says how: "(unseen caller)", "(exception)"
-                name = f"{name} {src_sym or '(unseen caller)'}"
-            node = Node(name)
-            stack[-1].children.append(node)
-            stack.append(node)
-        elif kind == "ret" and len(stack) > 2:
-            stack.pop()
-    _fold(root)
-    return root
+    """The diagram's tree of one hit of a report part, under the target's label."""
 
+    def node(d: dict[str, Any]) -> Node:
+        return Node(d["name"], d["label"], [node(c) for c in d["children"]], count=d["count"])
 
-def _fold(node: Node) -> None:
-    # Identical consecutive sibling subtrees (a loop) become one node "x N".
-    folded: list[Node] = []
-    for child in node.children:
-        _fold(child)
-        if folded and _same(folded[-1], child):
-            folded[-1].count += child.count
-        else:
-            folded.append(child)
-    node.children = folded
-
-
-def _same(a: Node, b: Node) -> bool:
-    return (
-        a.name == b.name
-        and len(a.children) == len(b.children)
-        and all(_same(x, y) for x, y in zip(a.children, b.children, strict=True))
-    )
+    return Node(hit["target"], hit["target"], [node(hit["tree"])] if hit.get("tree") else [])
 
 
 def _mark_new(node: Node, new_edges: set[tuple[str, str]]) -> None:
@@ -219,7 +204,7 @@ def tree_svg(root: Node) -> str:
 
 
 def _label(node: Node) -> str:
-    return node.name + (f" \u00d7{node.count}" if node.count > 1 else "")
+    return (node.label or node.name) + (f" \u00d7{node.count}" if node.count > 1 else "")
 
 
 # -- the page ------------------------------------------------------------------------
