@@ -31,8 +31,10 @@ def test_helpers_by_their_c_names(bpf, built, lbr):
     assert trace.called("bpf_get_prandom_u32", by="xdp_count")
     assert trace.called("bpf_map_update_elem", by="xdp_count")  # a new source address
     assert trace.has_path("bpf_map_lookup_elem", "bpf_map_update_elem", "bpf_get_prandom_u32")
-    # The text names the kernel's function and, beside it, the helper.
-    assert "bpf_user_rnd_u32+0x0 [bpf_get_prandom_u32]" in str(trace)
+    # The tree names the helper as the C wrote it and the kernel's function that ran;
+    # so do the branch records.
+    assert "  bpf_get_prandom_u32 \u2192 bpf_user_rnd_u32 " in str(trace), str(trace)
+    assert "bpf_user_rnd_u32+0x0 [bpf_get_prandom_u32]" in trace.edges()
     # The array lookup of the sampler is inlined by the verifier (array_map_gen_lookup).
     assert trace.inlined("bpf_map_lookup_elem", by="xdp_count")
     calls = [(c.helper, c.fate, c.function) for c in trace.programs()["xdp_count"].calls]
