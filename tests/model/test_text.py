@@ -4,6 +4,9 @@ the excerpt a failure message shows."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pytest_lbr.model import UNSEEN_CALLER, Branch, HelperCall, Hit, Location, ProgramCalls, Trace
 from pytest_lbr.model.text import call_tree, lines_around, tree_lines
 
@@ -119,3 +122,35 @@ def test_the_excerpt_keeps_the_path_to_the_wanted_call_within_the_limit() -> Non
     # Nothing wanted: the head, and how much more there is.
     head = list(lines_around(lines, lambda f: False, 12))
     assert head[:2] == ["outer", "  f0"] and head[-1] == "\u2026 62 more line(s)"
+
+
+# -- any records at all ---------------------------------------------------------------
+
+_SYMS = st.sampled_from(["a", "b", "c", None])
+_KINDS = st.sampled_from(["call", "ret", "jmp", "cond", "ind_call", "unseen", "implied", "syscall"])
+
+
+@st.composite
+def _branches(draw: st.DrawFn) -> list[Branch]:
+    out = []
+    for kind, s, d, off in draw(
+        st.lists(st.tuples(_KINDS, _SYMS, _SYMS, st.integers(0, 3)), max_size=40)
+    ):
+        src = UNSEEN_CALLER if kind == "unseen" else kernel(s or "?", off) if s else Location(off)
+        out.append(Branch(src, kernel(d, 0) if d else Location(0x10), kind))
+    return out
+
+
+@given(_branches(), st.integers(1, 6), st.integers(3, 12))
+@settings(max_examples=300, deadline=None)
+def test_any_records_draw_a_tree_within_its_limits(
+    branches: list[Branch], depth: int, limit: int
+) -> None:
+    """Records in any order (an LBR window starts and ends anywhere) draw a tree: no
+    line deeper than the limit, and an excerpt no longer than asked."""
+    hit = Hit("kfunc:a", branches=branches)
+    lines = tree_lines(hit, depth=depth)
+    assert lines and all(ln.depth <= depth for ln in lines)
+    shown = list(lines_around(lines, lambda f: f.function == "b", limit))
+    assert len(shown) <= limit
+    str(Trace(hits=[hit]))
