@@ -25,7 +25,7 @@ from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_tra
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.kernel import tracefs
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
-from pytest_lbr.report.render import Node, call_tree
+from pytest_lbr.model.text import CallFrame, call_tree
 from pytest_lbr.targets import parse_target
 
 DATA = Path(__file__).parent / "data"
@@ -367,19 +367,19 @@ LRU_RUNS = ["ftrace-6.12-lru_update.txt", "ftrace-6.1-lru_update.txt"]
 
 
 def _tree_edges(hit: Hit) -> set[tuple[str, str]]:
-    """(parent, child) of every node of the report's call tree of `hit`."""
-    branches = [
-        [b.kind, b.src.symbol, b.src.name, None, b.dst.symbol, b.dst.name, None]
-        for b in hit.branches
-    ]
+    """(parent, child) of every frame of the call tree of `hit` (`str(trace)`'s and the
+    report's), each named by its function and how it was entered."""
     edges: set[tuple[str, str]] = set()
 
-    def walk(node: Node) -> None:
-        for child in node.children:
-            edges.add((node.name, child.name))
+    def name(frame: CallFrame) -> str:
+        return f"{frame.function} {frame.note}" if frame.note else frame.function
+
+    def walk(frame: CallFrame) -> None:
+        for child in frame.children:
+            edges.add((name(frame), name(child)))
             walk(child)
 
-    walk(call_tree({"target": hit.target, "branches": branches}))
+    walk(call_tree(hit))
     return edges
 
 
@@ -393,8 +393,8 @@ def test_an_unseen_caller_is_an_explicit_frame_under_a_running_one(name: str) ->
     hit = trace.hits[0]
     _assert_program_scope(hit)
     edges = _tree_edges(hit)
-    assert ("htab_lru_map_update_elem", "htab_lock_bucket (unseen caller)") in edges, edges
-    assert ("htab_lock_bucket (unseen caller)", "_raw_spin_lock") in edges, edges
+    assert ("htab_lru_map_update_elem", "htab_lock_bucket (caller not recorded)") in edges, edges
+    assert ("htab_lock_bucket (caller not recorded)", "_raw_spin_lock") in edges, edges
     assert not any(parent == "_raw_spin_unlock_irqrestore" for parent, _ in edges), edges
     unseen = [b for b in hit.branches if b.kind == "unseen"]
     assert [(b.src, b.dst.symbol) for b in unseen] == [(UNSEEN_CALLER, "htab_lock_bucket")]
