@@ -58,7 +58,7 @@ def test_a_failed_query_shows_the_calls_around_it(listener, lbr):
     assert tree[-1].startswith("(the whole trace:"), text
     # The root is where the records begin (tcp_v4_connect's caller), the return value
     # is tcp_v4_connect's.
-    assert len(tree) - 1 <= 40 and tree[1] == "  tcp_v4_connect = 0", text
+    assert len(tree) - 1 <= 40 and tree[1].split()[:3] == ["tcp_v4_connect", "=", "0"], text
     assert any(line.lstrip().startswith("ip_route_output_key_hash") for line in tree), text
     assert any(line.lstrip().startswith("\u2026 ") for line in tree), text
 
