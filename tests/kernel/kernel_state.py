@@ -58,7 +58,8 @@ def tracefs_left_behind(before: dict[str, object], after: dict[str, object]) -> 
     for key, now in after.items():
         was = before.get(key)
         if key == "enabled_functions" and isinstance(now, str) and isinstance(was, str):
-            more = {fn: n for fn, n in _enabled(now).items() if n > _enabled(was).get(fn, 0)}
+            had = _enabled(was)  # once: tens of thousands of lines while a tracer runs
+            more = {fn: n for fn, n in _enabled(now).items() if n > had.get(fn, 0)}
             if more:
                 out[key] = more
         elif now != was:
