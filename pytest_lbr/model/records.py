@@ -117,14 +117,32 @@ class ProgramCalls:
 
     def inlined(self, helper: str) -> bool:
         """True if a call of `helper` (glob) was inlined by the verifier."""
-        return self._fate_of(helper, "inlined")
+        return self.has_fate(helper, "inlined")
 
     def removed(self, helper: str) -> bool:
         """True if a call of `helper` (glob) was removed by the verifier as unreachable."""
-        return self._fate_of(helper, "removed")
+        return self.has_fate(helper, "removed")
 
-    def _fate_of(self, helper: str, fate: str) -> bool:
+    def has_fate(self, helper: str, fate: str) -> bool:
+        """True if a call of `helper` (glob) met `fate` (`HelperCall.fate`). False
+        means "none did" only where `written`."""
         return any(c.fate == fate and helper_matches(c.helper, helper) for c in self.calls)
+
+    def why_fates_unknown(self, helper: str) -> str:
+        """Why `has_fate(helper, ...)` False would not mean "no call of it met that
+        fate" ("" when it does): the calls as written are not known, or one of its
+        calls left no call and this kernel's facts cannot tell inlined from removed."""
+        if not self.written:
+            return (
+                f"{self.program} was loaded outside the bpf fixture: its calls as the C "
+                "wrote them are not known (load its object with bpf.load(...))"
+            )
+        if any(c.fate == "unknown" and helper_matches(c.helper, helper) for c in self.calls):
+            return (
+                f"a call of it in {self.program} left no call and this kernel's facts "
+                "cannot tell inlined from removed (pytest-lbr doctor says why)"
+            )
+        return ""
 
     def helper_of(self, function: str | None) -> str | None:
         """The helper (as the C wrote it) that this program's call of kernel

@@ -58,6 +58,12 @@ class KnownNames(Protocol):
         """Names close to `name`, for the error message."""
         ...
 
+    def calls(self) -> list[ProgramCalls]:
+        """Each traced program's helper calls as its own tables give them, whether
+        or not the trace went through its code (what `inlined` and `removed` ask of a
+        program that did not run, or of a trace without branches)."""
+        ...
+
 
 @dataclass(frozen=True)
 class PathMatch:
@@ -163,24 +169,45 @@ class Trace:
         """True if this kernel's verifier inlined a call of `helper` (glob, as the
         BPF C names it: "bpf_loop") in program `by` (any traced program if None).
 
-        Known for programs whose code the trace went through, loaded with the
-        `bpf` fixture (their own call sites are compared with the translated
-        instructions); `programs()` shows every call site's fate. A call the
-        verifier removed as unreachable is not inlined (`removed`). `by` as for
-        `called`, naming a program.
+        A fact of the loaded program, not of a run: known for programs loaded with
+        the `bpf` fixture (their own call sites are compared with the translated
+        instructions), whether or not the trace went through their code;
+        `programs()` shows every call site's fate. A call the verifier removed as
+        unreachable is not inlined (`removed`). `by` as for `called`, naming a
+        program. Raises `TraceQueryError` where the answer would be False but cannot
+        be told: a program asked about was loaded elsewhere (its calls as written
+        are not known), or a call of `helper` left no call on a kernel whose facts
+        cannot tell inlined from removed.
         """
-        if any(p.inlined(helper) for p in self._programs_by(by)):
-            return True
-        self._check_exists(helper)
-        return False
+        return self._fate(helper, "inlined", by)
 
     def removed(self, helper: str, by: str | None = None) -> bool:
         """True if this kernel's verifier removed a call of `helper` as unreachable
         code in program `by` (any traced program if None): a branch it proved never
-        runs, such as one on a `const volatile` the loader froze."""
-        if any(p.removed(helper) for p in self._programs_by(by)):
+        runs, such as one on a `const volatile` the loader froze. Known and refused
+        as `inlined` is."""
+        return self._fate(helper, "removed", by)
+
+    def _fate(self, helper: str, fate: str, by: str | None) -> bool:
+        """Whether a call of `helper` in the programs `by` names met `fate`: from the
+        programs the trace went through, then (only to answer False) from every
+        traced program's own tables."""
+        progs = self._programs_by(by)
+        if any(p.has_fate(helper, fate) for p in progs):
             return True
+        if self.known is not None:
+            seen = {p.prog_id for p in progs}
+            names = None if by is None else self._callers(by)
+            for p in self.known.calls():
+                if p.prog_id in seen or (names is not None and not _names_one(p, names)):
+                    continue
+                if p.has_fate(helper, fate):
+                    return True
+                progs.append(p)
         self._check_exists(helper)
+        why = [w for w in dict.fromkeys(p.why_fates_unknown(helper) for p in progs) if w]
+        if why:
+            raise TraceQueryError(f"cannot tell whether {helper!r} was {fate}: {'; '.join(why)}")
         return False
 
     # -- names a query may use ---------------------------------------------------
@@ -250,7 +277,7 @@ class Trace:
         if by is None:
             return progs
         names = self._callers(by)
-        found = [p for p in progs if any(match_any(n, names) for n in p.names)]
+        found = [p for p in progs if _names_one(p, names)]
         if found:
             return found
         traced = self._program_names()  # a traced program that never ran: False, not an error
@@ -355,3 +382,8 @@ class Trace:
 
     def __str__(self) -> str:
         return tree_text(self)
+
+
+def _names_one(prog: ProgramCalls, names: tuple[str, ...]) -> bool:
+    """Whether one of `names` (globs) is the program's name or its kernel alias."""
+    return any(match_any(n, names) for n in prog.names)

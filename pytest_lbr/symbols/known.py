@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable
 
 from pytest_lbr.kernel.helpers import helper_ids
+from pytest_lbr.model import ProgramCalls
 from pytest_lbr.symbols.kallsyms import live_kallsyms
 from pytest_lbr.targets import Target
 
@@ -41,6 +42,8 @@ class TracerNames:
     def __init__(self, targets: Iterable[Target]) -> None:
         self._targets = [t for t in targets if t.kind == "prog"]
         self._traced: list[tuple[str, ...]] | None = None
+        self._ids: list[int] = []
+        self._calls: list[ProgramCalls] | None = None
 
     def traced(self) -> list[tuple[str, ...]]:
         """(name, kernel name, functions...) of each program target, read once."""
@@ -52,10 +55,33 @@ class TracerNames:
                 try:
                     with resolve_program(t) as ref:
                         out.append((ref.display_name, ref.name, *ref.functions))
+                        self._ids.append(ref.id)
                 except (OSError, ValueError):  # unloaded since: the trace's records still name it
                     continue
             self._traced = out
         return self._traced
+
+    def calls(self) -> list[ProgramCalls]:
+        """Each program target's helper calls, from its tables (read once, as a
+        trace that went through its code reads them)."""
+        if self._calls is None:
+            from pytest_lbr.symbols import get_symbolizer
+
+            self.traced()
+            programs = get_symbolizer().bpf
+            out: list[ProgramCalls] = []
+            for prog_id in self._ids:
+                tables = programs.read(prog_id)
+                if tables is None:  # loaded after the symbolizer last looked
+                    try:
+                        programs.refresh()
+                    except OSError:
+                        continue
+                    tables = programs.read(prog_id)
+                if tables is not None and tables.calls is not None:
+                    out.append(tables.calls)
+            self._calls = out
+        return self._calls
 
     def exists(self, pattern: str, *, kernel_only: bool = False) -> bool:
         """Does `pattern` (glob) name a helper, kfunc, kernel function or a function

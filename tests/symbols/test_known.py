@@ -9,7 +9,15 @@ from __future__ import annotations
 import pytest
 
 from pytest_lbr.bpf import BpfLoader
-from pytest_lbr.model import Branch, Hit, Location, ProgramCalls, Trace, TraceQueryError
+from pytest_lbr.model import (
+    Branch,
+    HelperCall,
+    Hit,
+    Location,
+    ProgramCalls,
+    Trace,
+    TraceQueryError,
+)
 from pytest_lbr.symbols.known import TracerNames
 from pytest_lbr.targets import parse_target
 from tests.bpf.objects import bpf_object, require_root
@@ -91,3 +99,72 @@ def test_a_loaded_program_s_functions_exist_by_the_names_the_c_wrote() -> None:
         (traced,) = names.traced()
         assert traced[:2] == ("xdp_counts_packet_lengths", "xdp_counts_pack")
         assert "remember_packet_length" in traced[2:]
+
+
+class _Traced:
+    """What a tracer knows of its program targets (`KnownNames`), given."""
+
+    def __init__(self, *programs: ProgramCalls) -> None:
+        self.programs = programs
+
+    def traced(self) -> list[tuple[str, ...]]:
+        return [(p.program, p.kernel_name, *p.functions) for p in self.programs]
+
+    def exists(self, pattern: str, *, kernel_only: bool = False) -> bool:
+        return not kernel_only and pattern.startswith("bpf_")
+
+    def similar(self, name: str) -> list[str]:
+        return []
+
+    def calls(self) -> list[ProgramCalls]:
+        return list(self.programs)
+
+
+def _calls(*fates: tuple[str, str]) -> tuple[HelperCall, ...]:
+    return tuple(HelperCall(helper, fate) for helper, fate in fates)
+
+
+def test_a_trace_without_its_programs_code_answers_inlined_from_their_tables() -> None:
+    """A program that did not run, or a trace without branches (LBR on software
+    events): the verifier's work is a fact of the loaded program all the same."""
+    stamp = ProgramCalls(
+        "cpu_stamp", 7, ("cpu_stamp",),
+        _calls(("bpf_get_smp_processor_id", "inlined"), ("bpf_trace_printk", "removed"),
+               ("bpf_map_update_elem", "call")),
+    )  # fmt: skip
+    trace = Trace(targets=["prog:7"], known=_Traced(stamp))
+    assert trace.inlined("bpf_get_smp_processor_id", by="cpu_stamp")
+    assert trace.inlined("bpf_get_smp_processor_id")
+    assert trace.removed("bpf_trace_printk", by="cpu_stamp")
+    assert not trace.inlined("bpf_map_update_elem", by="cpu_stamp")
+    assert not trace.removed("bpf_get_smp_processor_id")
+    with pytest.raises(TraceQueryError, match="nearest: cpu_stamp"):
+        trace.inlined("bpf_get_smp_processor_id", by="cpu_stmp")
+
+
+def test_inlined_cannot_be_told_of_a_program_loaded_elsewhere_or_an_unknown_fate() -> None:
+    elsewhere = ProgramCalls(
+        "handle_exec", 8, ("handle_exec",), _calls(("bpf_ringbuf_submit", "call")), written=False
+    )
+    unsure = ProgramCalls("stamp", 9, ("stamp",), _calls(("bpf_jiffies64", "unknown")))
+    trace = Trace(targets=["prog:8", "prog:9"], known=_Traced(elsewhere, unsure))
+    with pytest.raises(TraceQueryError, match="handle_exec was loaded outside the bpf fixture"):
+        trace.inlined("bpf_get_smp_processor_id", by="handle_exec")
+    with pytest.raises(TraceQueryError, match="cannot tell inlined from removed"):
+        trace.removed("bpf_jiffies64", by="stamp")
+    assert not trace.inlined("bpf_map_lookup_elem", by="stamp")  # no call of it was written
+    with pytest.raises(TraceQueryError, match="cannot tell whether 'bpf_loop' was inlined"):
+        trace.inlined("bpf_loop")  # any program: handle_exec's calls are not known
+
+
+def test_a_real_program_that_did_not_run_is_asked_through_its_tables() -> None:
+    require_root()
+    with BpfLoader() as bpf:
+        prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
+        targets = [parse_target(prog)]
+        trace = Trace(targets=[str(t) for t in targets], known=TracerNames(targets))
+        assert not trace.programs()  # no record of its code
+        assert not trace.inlined("bpf_csum_diff", by="xdp_helpers")  # a call it still makes
+        assert not trace.removed("bpf_xdp_adjust_head", by="xdp_helpers")
+        with pytest.raises(TraceQueryError, match="nearest: xdp_helpers"):
+            trace.inlined("bpf_csum_diff", by="xdp_helper")
