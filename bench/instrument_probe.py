@@ -149,8 +149,8 @@ def _live_in(flow: Any) -> dict[int, set[int]]:
 def instrument(insns: bytes, map_fd: int) -> tuple[bytes, int, list[int]]:
     """The instructions with a counter per block, how many blocks, and where each
     function starts now (for the rewritten func_info)."""
-    from pytest_lbr.coverage.cfg import control_flow
-    from pytest_lbr.kernel.helpers import decode_insns
+    from pytest_lbr.bytecode.flow import control_flow
+    from pytest_lbr.bytecode.instructions import decode_insns
 
     decoded = decode_insns(insns)
     starts = {0}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_lbr.bytecode.flow import control_flow
 from pytest_lbr.coverage.book import EXECUTED, PROVEN, CoverageBook, ProgramCoverage
-from pytest_lbr.coverage.cfg import control_flow
 from pytest_lbr.coverage.evidence import graph_run, lbr_run
 from pytest_lbr.coverage.formats import cobertura, lcov, line_ranges, term_missing
 from pytest_lbr.coverage.program import read_code

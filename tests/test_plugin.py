@@ -267,7 +267,7 @@ def test_importing_the_plugin_loads_no_heavy_module() -> None:
         "pytest_lbr.capture",
         "pytest_lbr.symbols",
         "pytest_lbr.tracer",
-        "pytest_lbr.coverage.cfg",
+        "pytest_lbr.bytecode",
     )
     assert not [m for m in loaded if m.startswith(heavy)], loaded
 

@@ -20,7 +20,7 @@ function calls another, read from live code), `implied.py` (calls of a BPF progr
 function tracer cannot record, proven by its code) and `helper_table.py` (each BPF
 helper and how each backend sees its calls: `pytest-lbr doctor --helpers`). Tested by
 tests/test_capture_protocol.py, test_scope_args.py, test_helper_table.py,
-test_graph_narrow.py (call sites), tests/symbols/test_bpf_flow.py (implied calls) and,
+test_graph_narrow.py (call sites), tests/bytecode/test_flow.py (implied calls) and,
 in the guests, by tests/kernel/.
 """
 

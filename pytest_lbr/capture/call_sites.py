@@ -233,7 +233,7 @@ def _code(start: int, size: int) -> bytes:
 
 def calls_of(code: bytes, start: int, size: int) -> list[tuple[int, int]]:
     """`calls_in` of `code`, a function of `size` bytes loaded at `start`."""
-    from pytest_lbr.symbols.disasm import call_targets, disassemble
+    from pytest_lbr.symbols.disasm import call_targets, disassemble, jumps_out
 
     arch = machine().name
     # x86-64 needs only the calls and jumps themselves; arm64 also the mov/movk
@@ -241,16 +241,10 @@ def calls_of(code: bytes, start: int, size: int) -> list[tuple[int, int]]:
     insns = disassemble(code, start, arch, _CALLS_AND_JUMPS.get(arch))
     size_at = {i.addr: i.size for i in insns}
     out = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
-    # A tail call: the last call of a function compiled as a jump to another one
-    # (`return __mod_timer(...)` in mod_timer). The jumped-to function returns to
-    # this one's caller, but this one entered it: the site is the jump itself (the
-    # address after it may be the next function's).
-    for i in insns:
-        if i.mnemonic in ("jmp", "b") and i.operands.lstrip("#").startswith("0x"):
-            target = int(i.operands.lstrip("#"), 16)
-            if not start <= target < start + size:
-                out.append((i.addr, target))
-    return out
+    # A tail call: the jumped-to function returns to this one's caller, but this one
+    # entered it: the site is the jump itself (the address after it may be the next
+    # function's).
+    return out + jumps_out(insns, start, start + size)
 
 
 _CALLS_AND_JUMPS = {"x86_64": frozenset({"call", "jmp"})}

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pytest_lbr.coverage.cfg import ControlFlow, control_flow
+from pytest_lbr.bytecode.flow import ControlFlow, control_flow
 
 __all__ = ["Function", "LineRecord", "ProgramCode", "SourceLine"]
 

@@ -9,7 +9,7 @@ Pure. Two kinds of knowledge, never mixed up:
   where the records do not reach back to the program's entry, what ran before the
   oldest one is not observed (`RunEvidence.entered` False).
 - proven (control flow, both backends): a block that ran proves every block that
-  dominates it (`cfg`); a recorded call site (graph) proves its block; the entry
+  dominates it (`pytest_lbr.bytecode.flow`); a recorded call site (graph) proves its block; the entry
   block of every run of a traced program ran.
 
 A JIT address names a line record, not an instruction: where a record's
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_lbr.coverage.cfg import is_jit_call
+from pytest_lbr.bytecode.instructions import is_jit_call
 from pytest_lbr.coverage.code import ProgramCode, SourceLine
 from pytest_lbr.model import Branch
 

@@ -9,6 +9,6 @@ and the kernel log and its splats (`kmsg.py`); so capture and symbolization read
 facts the same way (see docs/architecture.md). What is known about a BPF program is in
 `pytest_lbr.programs`. Tested by tests/test_machine.py, test_arm64.py, test_ftrace_parse.py,
 test_fuzz_ftrace.py, test_perf_syscall.py, test_kernel_btf.py, test_percpu.py,
-test_kmsg.py, tests/symbols/test_bpf_flow.py (helpers) and, in the guests, by
+test_kmsg.py and, in the guests, by
 tests/kernel/test_graph.py and test_helper_facts.py.
 """

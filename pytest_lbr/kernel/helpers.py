@@ -7,100 +7,38 @@ Everything here is read from the kernel, never from a table kept by hand:
   (a `struct bpf_func_proto` whose first member `func` points at the
   implementation: `bpf_get_prandom_u32_proto.func == bpf_user_rnd_u32`), read
   through /proc/kcore (root; kallsyms must list data symbols);
-- the calls a loaded program really makes from its translated instructions
-  (BPF_OBJ_GET_INFO_BY_FD xlated_prog_insns): for root the kernel leaves each
-  helper call's `imm` as `func - __bpf_call_base`, and dumps a tail call as a
-  call with imm BPF_FUNC_tail_call (kernel/bpf/syscall.c, bpf_insn_prepare_dump);
+- a loaded program's translated instructions (BPF_OBJ_GET_INFO_BY_FD
+  xlated_prog_insns; what they say is `pytest_lbr.bytecode`'s to read);
 - which programs a program can tail-call, from the program-array maps it uses.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import re
 import struct
 import threading
 from collections.abc import Callable, Iterable
 from ctypes import Structure, c_char, c_uint8, c_uint32
-from dataclasses import dataclass
 
 from pytest_lbr.bpf.libbpf import BpfError, btf_type, check_int, lib, prog_info
 
 __all__ = [
-    "BPF_FUNC_TAIL_CALL",
     "BPF_MAP_TYPE_PROG_ARRAY",
-    "Insn",
-    "XlatedCall",
-    "decode_insns",
     "helper_ids",
     "helper_implementations",
     "map_op_implementations",
     "map_type",
-    "object_helper_calls",
     "prog_array_members",
     "remember_written",
     "verifier_inlines",
     "written_insns",
-    "xlated_calls",
     "xlated_insns",
 ]
 
-#: BPF_FUNC_tail_call in uapi linux/bpf.h (stable ABI since Linux 4.2).
-BPF_FUNC_TAIL_CALL = 12
-_BPF_CALL = 0x85  # BPF_JMP | BPF_CALL
-#: Above every helper id (__BPF_FUNC_MAX_ID is 212 in v6.12).
-_MAX_HELPER_ID = 1024
-_PSEUDO_CALL = 1  # src_reg of a call into a subprogram of the same program
-_PSEUDO_KFUNC_CALL = 2
 _BTF_KIND_ENUM = 6
 _PT_LOAD = 1
-
-
-@dataclass(frozen=True)
-class Insn:
-    """One 8-byte BPF instruction."""
-
-    code: int
-    dst: int
-    src: int
-    off: int
-    imm: int
-
-    @property
-    def is_helper_call(self) -> bool:
-        """A call of a helper (or, in a translated dump, of a kernel function)."""
-        return self.code == _BPF_CALL and self.src == 0
-
-
-@functools.lru_cache(maxsize=64)
-def decode_insns(raw: bytes) -> tuple[Insn, ...]:
-    """BPF instructions (little-endian) from their bytes. Kept for the last few
-    programs: describing a new one (its calls, callbacks, flow, call index) decodes
-    its translation six times."""
-    return tuple(
-        Insn(code, regs & 0xF, regs >> 4, off, imm)
-        for code, regs, off, imm in struct.iter_unpack("<BBhi", raw[: len(raw) // 8 * 8])
-    )
-
-
-@dataclass(frozen=True)
-class XlatedCall:
-    """A helper call left in a program's translated instructions."""
-
-    #: Instruction index in the translated program.
-    index: int
-    #: True for a tail call (dumped as a call of BPF_FUNC_tail_call).
-    tail_call: bool
-    #: The called kernel function's address (`__bpf_call_base + imm`); 0 for a tail call.
-    addr: int
-    #: The `imm` when it may be a helper id the verifier left for the JIT to inline:
-    #: a JIT that inlines a helper itself (bpf_jit_inlines_helper_call(),
-    #: kernel/bpf/core.c; arm64's for bpf_get_smp_processor_id) keeps the call's `imm`
-    #: the helper's id, not an offset from `__bpf_call_base` (do_misc_fixups skips
-    #: it). None for a larger `imm`.
-    helper_id: int | None = None
 
 
 def xlated_insns(fd: int) -> bytes:
@@ -108,30 +46,6 @@ def xlated_insns(fd: int) -> bytes:
     info, _ = prog_info(fd)
     _, bufs = prog_info(fd, xlated_prog_insns=("xlated_prog_len", info.xlated_prog_len, c_uint8))
     return bytes(bufs["xlated_prog_insns"])[: info.xlated_prog_len]
-
-
-def xlated_calls(raw: bytes, call_base: int) -> list[XlatedCall]:
-    """The helper calls of translated instructions `raw`, in order.
-
-    `call_base` is the address of `__bpf_call_base`. Without root the kernel
-    zeroes every `imm` (bpf_dump_raw_ok): then each address is `call_base`.
-    """
-    out = []
-    for i, insn in enumerate(decode_insns(raw)):
-        if not insn.is_helper_call:
-            continue
-        if insn.imm == BPF_FUNC_TAIL_CALL:
-            out.append(XlatedCall(i, True, 0))
-        else:
-            small = insn.imm if 0 < insn.imm < _MAX_HELPER_ID else None
-            out.append(XlatedCall(i, False, call_base + insn.imm, small))
-    return out
-
-
-def object_helper_calls(insns: bytes) -> list[int]:
-    """The helper ids an object's program calls, in order (subprograms appended by
-    libbpf included): what the BPF C source wrote."""
-    return [i.imm for i in decode_insns(insns) if i.is_helper_call]
 
 
 def helper_ids() -> dict[int, str]:

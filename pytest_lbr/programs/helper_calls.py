@@ -22,15 +22,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..bpf.libbpf import BpfError
-from ..kernel.helpers import (
+from ..bytecode.instructions import (
+    CALL,
+    LD_IMM64,
+    PSEUDO_CALL,
+    PSEUDO_FUNC,
     decode_insns,
+    helper_call_ids,
+    xlated_calls,
+)
+from ..kernel.helpers import (
     helper_ids,
     helper_implementations,
     map_op_implementations,
     prog_array_members,
     verifier_inlines,
     written_insns,
-    xlated_calls,
     xlated_insns,
 )
 from ..model import HelperCall, ProgramCalls
@@ -74,11 +81,6 @@ MAP_HELPERS = frozenset(
         "bpf_map_lookup_percpu_elem",
     }
 )
-
-_BPF_LD_IMM64 = 0x18
-_PSEUDO_CALL = 1
-_PSEUDO_FUNC = 4  # ld_imm64 src_reg: the address of a function of this program
-_BPF_CALL = 0x85
 
 
 def _fate(written: str, ran: str, known: Facts) -> str | None:
@@ -209,7 +211,7 @@ def callbacks(insns: bytes) -> tuple[list[int], dict[int, int]]:
     callback passed to it) from an object's instructions.
 
     Functions are the main one (at 0) and every target of a subprogram call or
-    of a function address load (`ld_imm64` with BPF_PSEUDO_FUNC), in address
+    of a function address load (`ld_imm64` with BPFPSEUDO_FUNC), in address
     order: the order the kernel's func_info lists them. A callback is the
     function whose address was loaded last before the helper call, in the same
     function.
@@ -217,9 +219,9 @@ def callbacks(insns: bytes) -> tuple[list[int], dict[int, int]]:
     decoded = decode_insns(insns)
     starts = {0}
     for k, insn in enumerate(decoded):
-        if insn.code == _BPF_CALL and insn.src == _PSEUDO_CALL:
+        if insn.code == CALL and insn.src == PSEUDO_CALL:
             starts.add(k + insn.imm + 1)
-        elif insn.code == _BPF_LD_IMM64 and insn.src == _PSEUDO_FUNC:
+        elif insn.code == LD_IMM64 and insn.src == PSEUDO_FUNC:
             starts.add(k + insn.imm + 1)
     ordered = sorted(starts)
     out: dict[int, int] = {}
@@ -228,9 +230,9 @@ def callbacks(insns: bytes) -> tuple[list[int], dict[int, int]]:
     for k, insn in enumerate(decoded):
         if k in starts:
             pending = []  # a new function: loads in the previous one are not ours
-        if insn.code == _BPF_LD_IMM64 and insn.src == _PSEUDO_FUNC:
+        if insn.code == LD_IMM64 and insn.src == PSEUDO_FUNC:
             pending.append(k + insn.imm + 1)
-        elif insn.code == _BPF_CALL and insn.src == 0:
+        elif insn.code == CALL and insn.src == 0:
             if pending:
                 out[call] = ordered.index(pending.pop())
                 pending = []
@@ -338,7 +340,7 @@ def describe_calls(
             tuple(_as_run(r, known) for r in ran),
             written=False,
         )
-    written = [i.imm for i in decode_insns(code.written) if i.code == _BPF_CALL and i.src == 0]
+    written = helper_call_ids(code.written)
     # BPF_FUNC_tail_call is in the enum too: "bpf_tail_call".
     names = [ids.get(h, f"helper#{h}") for h in written]
     _, cbs = callbacks(code.written)

@@ -34,6 +34,7 @@ __all__ = [
     "disassemble",
     "disassemble_function",
     "function_code",
+    "jumps_out",
     "format_listing",
     "instruction_at",
     "read_kernel",
@@ -130,6 +131,19 @@ def call_targets(insns: Sequence[Instruction], arch: str = "x86_64") -> list[tup
             regs[ops[0]] = keep | int(ops[1][1:], 0) << shift
         elif ops and ops[0] in regs:
             del regs[ops[0]]  # anything else writing a register makes its value unknown
+    return out
+
+
+def jumps_out(insns: Sequence[Instruction], start: int, end: int) -> list[tuple[int, int]]:
+    """(address, target) of every direct jump among `insns` out of [start, end): the
+    last call of a function the compiler made a jump to another one (a tail call,
+    `return __mod_timer(...)` in mod_timer). x86-64 `jmp`, arm64 `b`."""
+    out: list[tuple[int, int]] = []
+    for i in insns:
+        if i.mnemonic in ("jmp", "b") and i.operands.startswith(("0x", "#0x")):
+            target = int(i.operands.lstrip("#"), 16)
+            if not start <= target < end:
+                out.append((i.addr, target))
     return out
 
 

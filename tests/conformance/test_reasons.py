@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_lbr.assertions import explain_called
-from pytest_lbr.kernel.helpers import decode_insns, written_insns, xlated_insns
+from pytest_lbr.bytecode.instructions import decode_insns
+from pytest_lbr.kernel.helpers import written_insns, xlated_insns
 from pytest_lbr.macros import MACRO_HELPERS
 from pytest_lbr.model import Branch, Hit, Trace
 from pytest_lbr.programs.info import program_details

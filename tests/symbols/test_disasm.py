@@ -13,10 +13,12 @@ from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.disasm import (
     VmlinuxText,
     branch_instruction,
+    call_targets,
     disassemble,
     disassemble_function,
     format_listing,
     instruction_at,
+    jumps_out,
 )
 from pytest_lbr.symbols.vmlinux import VmlinuxError, VmlinuxLines
 from tests.bpf.objects import bpf_object, require_root
@@ -94,3 +96,16 @@ def test_only_keeps_the_named_mnemonics_of_the_same_decode() -> None:
     kept = disassemble(code, 0x1000, only=frozenset({"call", "jmp"}))
     assert kept == [i for i in full if i.mnemonic in ("call", "jmp")]
     assert [(i.addr, i.mnemonic) for i in kept] == [(0x1001, "call"), (0x1009, "jmp")]
+
+
+def test_jumps_out_of_a_function_are_its_tail_calls() -> None:
+    """x86-64 at 0x1000: call 0x2000; jmp +2 (inside); jmp 0x3000 (out: a tail call);
+    arm64: b to inside and b out."""
+    start = 0x1000
+    code = bytes.fromhex("e8fb0f0000eb029090e9f21f0000")
+    insns = disassemble(code, start)
+    assert [i.mnemonic for i in insns] == ["call", "jmp", "nop", "nop", "jmp"]
+    assert jumps_out(insns, start, start + len(code)) == [(0x1009, 0x3000)]
+    assert call_targets(insns) == [(0x1000, 0x2000)]
+    a64 = disassemble(bytes.fromhex("0100001400040014"), start, "arm64")  # b +4 (inside); b +0x1000
+    assert jumps_out(a64, start, start + 8) == [(0x1004, 0x2004)]

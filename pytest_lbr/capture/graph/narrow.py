@@ -40,7 +40,7 @@ from pytest_lbr.kernel.tracefs import TRACEFS_NOT_MOUNTED, find_tracefs
 from pytest_lbr.programs.find import resolve_program
 from pytest_lbr.programs.info import program_details
 from pytest_lbr.programs.lines import jited_image
-from pytest_lbr.symbols.disasm import Instruction, KcoreReader, call_targets, disassemble
+from pytest_lbr.symbols.disasm import KcoreReader, call_targets, disassemble, jumps_out
 from pytest_lbr.symbols.kallsyms import KernelSymbols, live_kallsyms
 from pytest_lbr.targets import Target
 
@@ -98,15 +98,6 @@ def image_roots(code: bytes, functions: Sequence[tuple[int, int]], arch: str) ->
     return roots
 
 
-def _jump_targets(insns: Sequence[Instruction], start: int, end: int) -> Iterable[int]:
-    """Direct jumps out of [start, end): a tail call the compiler made a jump."""
-    for i in insns:
-        if i.mnemonic in ("jmp", "b") and i.operands.startswith(("0x", "#0x")):
-            target = int(i.operands.lstrip("#"), 16)
-            if not start <= target < end:
-                yield target
-
-
 def callee_closure(
     roots: Iterable[int],
     symbols: KernelSymbols,
@@ -151,7 +142,7 @@ def callee_closure(
             except OSError:
                 continue
             callees = {t for _, t in call_targets(insns, arch)}
-            callees.update(_jump_targets(insns, addr, end))
+            callees.update(t for _, t in jumps_out(insns, addr, end))
             following |= callees
             if addr in rootlike and not patched:
                 # A helper the tracer cannot patch (bpf_trace_printk: kernel/trace is

@@ -37,8 +37,8 @@ CLOCK_READS = {
 CAPTURE_MODULES = tuple(
     f"pytest_lbr.{m}"
     for m in "capture.graph.narrow capture.hooks.hook_set capture.hooks.program_exits "
-    "capture.implied kernel.helpers programs.find programs.lines symbols.bpf_flow "
-    "symbols.elf".split()
+    "capture.implied kernel.helpers programs.find programs.lines bytecode.flow "
+    "bytecode.instructions symbols.elf".split()
 )
 
 #: A trace's note when arming it made a tracefs instance in the traced process: the

@@ -304,7 +304,8 @@ CAPTURE_MODULES = (
     "pytest_lbr.kernel.helpers",
     "pytest_lbr.programs.find",
     "pytest_lbr.programs.lines",
-    "pytest_lbr.symbols.bpf_flow",
+    "pytest_lbr.bytecode.flow",
+    "pytest_lbr.bytecode.instructions",
     "pytest_lbr.symbols.disasm",
     "pytest_lbr.symbols.elf",
 )

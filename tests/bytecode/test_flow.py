@@ -1,4 +1,4 @@
-"""Calls proven by a program's control flow (`symbols.bpf_flow`, `capture.implied`),
+"""Calls proven by a program's control flow (`bytecode.flow`, `capture.implied`),
 on the translated instructions the 6.12 guest gave for the examples' programs
 (tests/data/helpers-6.12.json)."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pytest_lbr.bytecode.flow import call_dominators, jit_call_index, main_calls
+from pytest_lbr.bytecode.instructions import decode_insns
 from pytest_lbr.capture.implied import ProgramFlow, add_implied
-from pytest_lbr.kernel.helpers import decode_insns
 from pytest_lbr.model import Branch, Hit, Location, Trace
-from pytest_lbr.symbols.bpf_flow import call_dominators, jit_call_index, main_calls
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "helpers-6.12.json").read_text())
 CALL_BASE: int = DATA["call_base"]
@@ -121,3 +121,58 @@ def test_return_values_read_as_the_programs_c_type() -> None:
     notes = typed_returns(hits, returns)
     assert [h.retval for h in hits] == [-13, 0, None, 4294967283, 4294967283]
     assert notes == ["prog:name:init returns void: its runs have no return value"]
+
+
+def _instruction_dominators(xlated: bytes) -> dict[int, frozenset[int]]:
+    """The reference: call -> calls on every path to it, by dominators over single
+    instructions (no blocks), following the main function from instruction 0."""
+    from pytest_lbr.bytecode.instructions import is_call, successors
+
+    insns = decode_insns(xlated)
+    reach, todo = set(), [0]
+    while todo:
+        i = todo.pop()
+        if i not in reach and 0 <= i < len(insns):
+            reach.add(i)
+            todo.extend(successors(insns[i], i))
+    preds: dict[int, set[int]] = {i: set() for i in reach}
+    for i in reach:
+        for j in successors(insns[i], i):
+            if j in reach:
+                preds[j].add(i)
+    dom = {i: set(reach) for i in reach}
+    dom[0] = {0}
+    changed = True
+    while changed:
+        changed = False
+        for i in sorted(reach - {0}):
+            new = set.intersection(*(dom[p] for p in preds[i])) | {i} if preds[i] else {i}
+            if new != dom[i]:
+                dom[i], changed = new, True
+    calls = [i for i in sorted(reach) if is_call(insns[i])]
+    return {c: frozenset(d for d in calls if d != c and d in dom[c]) for c in calls}
+
+
+def test_block_dominators_agree_with_instruction_dominators_on_real_programs() -> None:
+    """One engine for coverage and implied calls: its block rule (a tail call ends a
+    block) gives the calls that ran before each call exactly as dominators over
+    single instructions do, on every program the 6.1 and 6.12 guests translated."""
+    for kernel in ("6.1", "6.12"):
+        data = json.loads(
+            (Path(__file__).resolve().parents[1] / "data" / f"helpers-{kernel}.json").read_text()
+        )
+        for p in data["programs"]:
+            xlated = bytes.fromhex(p["xlated"])
+            assert call_dominators(xlated) == _instruction_dominators(xlated), (kernel, p["name"])
+
+
+def test_a_tail_call_ends_its_block() -> None:
+    from pytest_lbr.bytecode.flow import control_flow
+    from pytest_lbr.bytecode.instructions import is_tail_call
+
+    flow = control_flow(XLATED["entry"])
+    (tail,) = [k for k in main_calls(XLATED["entry"]) if is_tail_call(flow.insns[k])]
+    after = flow.block_of[tail + 1]
+    assert after >= 0 and after != flow.block_of[tail]
+    assert flow.blocks[flow.block_of[tail]].end == tail + 1
+    assert flow.ran_before(tail + 1, tail)  # the instruction after it runs only after it

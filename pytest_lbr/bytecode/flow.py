@@ -1,11 +1,15 @@
-"""A BPF program's control-flow graph and dominators, over its translated instructions.
+"""A BPF program's control flow over its translated instructions: blocks,
+dominators, reachability, and the calls that ran before a call.
 
 Pure: the instructions are bytes (`bpf_prog_info.xlated_prog_insns`) and the
 functions' first instructions (`func_info`). A block ends at a jump, an exit or a
-tail call (which does not come back when it succeeds); a call returns, so it ends
-no block. Each function (the main program, a subprogram, a callback) is a graph of
-its own, entered at its first instruction. Once entered, a block runs to its end:
-so a block that ran proves that every block dominating it ran too.
+tail call (`instructions.ends_block`); a call returns, so it ends no block. Each
+function (the main program, a subprogram, a callback) is a graph of its own,
+entered at its first instruction. Once entered, a block runs to its end: so a
+block that ran proves that every block dominating it ran too. That one rule serves
+coverage (a block that ran proves its dominators' lines) and the calls a function
+tracer cannot record (`capture.implied`: a call site that dominates a recorded
+call ran in that run).
 """
 
 from __future__ import annotations
@@ -13,15 +17,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_lbr.kernel.helpers import Insn, decode_insns
+from .instructions import (
+    FUNC_TAIL_CALL,
+    LD_IMM64,
+    Insn,
+    decode_insns,
+    ends_block,
+    is_call,
+    successors,
+)
 
-__all__ = ["Block", "ControlFlow", "control_flow", "is_call", "is_jit_call"]
-
-_CLASS_JMP, _CLASS_JMP32 = 0x05, 0x06
-_OP_JA, _OP_CALL, _OP_EXIT = 0x00, 0x80, 0x90
-_LD_IMM64 = 0x18
-_TAIL_CALL = 12  # BPF_FUNC_tail_call
-_PSEUDO_CALL = 1  # src_reg of a call of a subprogram
+__all__ = [
+    "Block",
+    "ControlFlow",
+    "call_dominators",
+    "control_flow",
+    "jit_call_index",
+    "main_calls",
+]
 
 
 @dataclass(frozen=True)
@@ -31,41 +44,6 @@ class Block:
     start: int
     end: int
     function: int
-
-
-def is_call(ins: Insn) -> bool:
-    """A BPF call instruction (helper, kfunc, subprogram)."""
-    return ins.code == _CLASS_JMP | _OP_CALL
-
-
-def _is_tail_call(ins: Insn) -> bool:
-    return is_call(ins) and ins.src == 0 and ins.imm == _TAIL_CALL
-
-
-def is_jit_call(ins: Insn) -> bool:
-    """A call the JIT emits as a call of kernel code (a helper or kfunc), which the
-    function tracer can record: not a tail call (a jump) nor a subprogram call."""
-    return is_call(ins) and not _is_tail_call(ins) and ins.src != _PSEUDO_CALL
-
-
-def _successors(ins: Insn, i: int) -> list[int]:
-    """Where control goes after instruction `i` (jumps are relative to i + 1)."""
-    if ins.code == _LD_IMM64:
-        return [i + 2]
-    cls, op = ins.code & 0x07, ins.code & 0xF0
-    if cls not in (_CLASS_JMP, _CLASS_JMP32) or op == _OP_CALL:
-        return [i + 1]
-    if op == _OP_EXIT:
-        return []
-    if op == _OP_JA:  # JMP32 | JA (gotol) takes its offset from imm
-        return [i + 1 + (ins.imm if cls == _CLASS_JMP32 else ins.off)]
-    return [i + 1, i + 1 + ins.off]
-
-
-def _ends_block(ins: Insn) -> bool:
-    cls, op = ins.code & 0x07, ins.code & 0xF0
-    jump = cls in (_CLASS_JMP, _CLASS_JMP32) and op != _OP_CALL
-    return jump or _is_tail_call(ins)
 
 
 @dataclass(frozen=True)
@@ -87,10 +65,19 @@ class ControlFlow:
         """The blocks that ran if `block` ran: itself and its dominators."""
         return self.dominators[block]
 
+    def ran_before(self, i: int, j: int) -> bool:
+        """Whether instruction `j` ran before instruction `i` on every path from its
+        function's entry to `i` (both reachable)."""
+        bi, bj = self.block_of[i], self.block_of[j]
+        if bi < 0 or bj < 0:
+            return False
+        return j < i if bi == bj else bj in self.dominators[bi]
+
 
 def control_flow(xlated: bytes, function_starts: Sequence[int] = (0,)) -> ControlFlow:
     """The control flow of translated instructions `xlated` whose functions start at
-    `function_starts` (func_info's insn_off; the main program at 0)."""
+    `function_starts` (func_info's insn_off; the main program at 0). Code of a
+    function not listed is reached by no path (a call returns to the next instruction)."""
     insns = decode_insns(xlated)
     n = len(insns)
     starts = sorted({0, *function_starts} & set(range(n))) if n else []
@@ -107,8 +94,8 @@ def control_flow(xlated: bytes, function_starts: Sequence[int] = (0,)) -> Contro
         if i in reach or not 0 <= i < n:
             continue
         reach.add(i)
-        succ = [j for j in _successors(insns[i], i) if 0 <= j < n and func_of[j] == func_of[i]]
-        if _ends_block(insns[i]):
+        succ = [j for j in successors(insns[i], i) if 0 <= j < n and func_of[j] == func_of[i]]
+        if ends_block(insns[i]):
             leaders.update(succ)
         todo.extend(succ)
     blocks: list[Block] = []
@@ -120,16 +107,16 @@ def control_flow(xlated: bytes, function_starts: Sequence[int] = (0,)) -> Contro
         if not open_block or i in leaders or blocks[-1].end != i or blocks[-1].function != f:
             blocks.append(Block(i, i, f))
             last.append(i)
-        width = 2 if insns[i].code == _LD_IMM64 else 1
+        width = 2 if insns[i].code == LD_IMM64 else 1
         blocks[-1] = Block(blocks[-1].start, i + width, f)
         last[-1] = i
         block_of[i] = len(blocks) - 1
-        open_block = not _ends_block(insns[i])
+        open_block = not ends_block(insns[i])
     edges: dict[int, list[int]] = {}
     for b, i in enumerate(last):
         edges[b] = [
             block_of[j]
-            for j in _successors(insns[i], i)
+            for j in successors(insns[i], i)
             if 0 <= j < n and block_of[j] >= 0 and func_of[j] == blocks[b].function
         ]
     entries = tuple(block_of[s] for s in starts)
@@ -171,3 +158,37 @@ def _dominators(
         else:
             out.append(frozenset(d for d in range(len(blocks)) if dom[b] >> d & 1))
     return tuple(out)
+
+
+def main_calls(xlated: bytes) -> list[int]:
+    """Indexes of the call instructions reachable from the entry without a call
+    (the main function's own calls), in instruction order."""
+    flow = control_flow(xlated)
+    return [i for i, b in enumerate(flow.block_of) if b >= 0 and is_call(flow.insns[i])]
+
+
+def call_dominators(xlated: bytes) -> dict[int, frozenset[int]]:
+    """Call instruction index -> the call instructions that ran before it on every
+    path from the program's entry (its main function; subprograms are entered by
+    calls and are not followed)."""
+    flow = control_flow(xlated)
+    calls = [i for i, b in enumerate(flow.block_of) if b >= 0 and is_call(flow.insns[i])]
+    return {c: frozenset(d for d in calls if d != c and flow.ran_before(c, d)) for c in calls}
+
+
+def jit_call_index(xlated: bytes, call_base: int, jit_targets: Sequence[int]) -> list[int] | None:
+    """The translated call instruction of each of the main function's JIT call
+    instructions (given by their targets, in order), or None where they do not
+    pair one for one. The JIT emits one call instruction per BPF call but a tail
+    call (a jump); a helper call's target is `call_base + imm` in both, which is
+    checked. Kfunc and subprogram calls pair by position."""
+    insns = decode_insns(xlated)
+    calls = [
+        k for k in main_calls(xlated) if not (insns[k].src == 0 and insns[k].imm == FUNC_TAIL_CALL)
+    ]
+    if len(calls) != len(jit_targets):
+        return None
+    for k, target in zip(calls, jit_targets, strict=True):
+        if insns[k].src == 0 and call_base + insns[k].imm != target:
+            return None
+    return calls
