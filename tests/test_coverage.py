@@ -10,6 +10,7 @@ function tracer's call sites are its real call instructions.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -22,9 +23,17 @@ import pytest
 from pytest_lbr.bytecode.flow import control_flow
 from pytest_lbr.coverage.book import EXECUTED, PROVEN, CoverageBook, ProgramCoverage
 from pytest_lbr.coverage.evidence import graph_run, lbr_run
-from pytest_lbr.coverage.formats import cobertura, lcov, line_ranges, term_missing
+from pytest_lbr.coverage.formats import (
+    REPORT_WRITERS,
+    cobertura,
+    lcov,
+    line_ranges,
+    report_text,
+    term_missing,
+)
 from pytest_lbr.coverage.program import read_code
 from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.names import CoverageFormat
 from pytest_lbr.programs.lines import jited_image
 from pytest_lbr.results import CoverageRecord, append_record, read_results
 from pytest_lbr.symbols.disasm import Instruction, disassemble
@@ -288,6 +297,24 @@ def test_lcov_renders_with_genhtml_and_cobertura_parses(loaded: Loaded, tmp_path
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "html" / "index.html").exists()
+
+
+def test_every_report_format_has_its_writer_and_sets_by_test_stay_apart(loaded: Loaded) -> None:
+    """A format named in `CoverageFormat` without a writer would be written as another."""
+    assert set(REPORT_WRITERS) == set(CoverageFormat)
+    cov = _both_arms(loaded)
+    two = {"kernel_6_1": [cov], "kernel_6_12": [cov]}
+    info = report_text(CoverageFormat.LCOV, two, str(ROOT))
+    assert info == lcov([cov], str(ROOT), "kernel_6_1") + lcov([cov], str(ROOT), "kernel_6_12")
+    merged = ET.fromstring(report_text(CoverageFormat.COBERTURA, two, str(ROOT)))
+    hits = {int(e.get("number", 0)): int(e.get("hits", 0)) for e in merged.iter("line")}
+    assert all(hits[line] == 2 for line in loaded.ipv4 | loaded.other)  # summed
+    one = report_text(CoverageFormat.COBERTURA, {"": [cov]}, str(ROOT))
+    assert _without_timestamp(one) == _without_timestamp(cobertura([cov], str(ROOT)))
+
+
+def _without_timestamp(xml: str) -> str:
+    return re.sub(r'timestamp="\d+"', "", xml)
 
 
 def test_missing_lines_run_on_over_lines_without_code() -> None:

@@ -7,11 +7,20 @@ import os
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from pytest_lbr.coverage.book import EXECUTED, PROVEN, ProgramCoverage
+from pytest_lbr.coverage.book import EXECUTED, PROVEN, CoverageBook, ProgramCoverage
+from pytest_lbr.names import CoverageFormat
 
-__all__ = ["cobertura", "lcov", "line_ranges", "markdown", "term_missing"]
+__all__ = [
+    "REPORT_WRITERS",
+    "cobertura",
+    "lcov",
+    "line_ranges",
+    "markdown",
+    "report_text",
+    "term_missing",
+]
 
 
 def line_ranges(missing: Sequence[int], lines: Sequence[int]) -> str:
@@ -210,3 +219,35 @@ def cobertura(programs: Sequence[ProgramCoverage], cwd: str | None = None) -> st
                 ET.SubElement(xml_lines, "line", {"number": str(ln), "hits": str(c)})
     ET.indent(root)
     return '<?xml version="1.0" ?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+#: A report's programs by test name (LCOV's `TN:`; "" for one unnamed set).
+ByTest = Mapping[str, Sequence[ProgramCoverage]]
+
+
+def _lcov_report(by_test: ByTest, cwd: str | None) -> str:
+    """One LCOV record set per test name: genhtml and `lcov -a` sum them."""
+    return "".join(lcov(programs, cwd, test=test) for test, programs in by_test.items())
+
+
+def _cobertura_report(by_test: ByTest, cwd: str | None) -> str:
+    """Cobertura has no test names: the sets are summed into one."""
+    sets = list(by_test.values())
+    if len(sets) == 1:
+        return cobertura(sets[0], cwd)
+    merged = CoverageBook.from_records(p.to_record() for programs in sets for p in programs)
+    return cobertura(merged.sorted(), cwd)
+
+
+#: The writer of each `--lbr-cov-report` format: every `CoverageFormat` has one (a test
+#: checks), so a new format is a name there and a writer here, never a silent default.
+REPORT_WRITERS: dict[CoverageFormat, Callable[[ByTest, str | None], str]] = {
+    CoverageFormat.LCOV: _lcov_report,
+    CoverageFormat.COBERTURA: _cobertura_report,
+}
+
+
+def report_text(fmt: CoverageFormat, by_test: ByTest, cwd: str | None = None) -> str:
+    """The text of a `fmt` report of `by_test` (programs by test name), paths made
+    absolute against `cwd` (default: the working directory)."""
+    return REPORT_WRITERS[fmt](by_test, cwd)

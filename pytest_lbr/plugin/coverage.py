@@ -105,13 +105,13 @@ class CoverageSession:
         if self.is_worker:
             self.config.workeroutput[_WORKER_KEY] = [p.to_record() for p in programs]  # type: ignore[attr-defined]
             return
-        from pytest_lbr.coverage.formats import cobertura, lcov
+        from pytest_lbr.coverage.formats import report_text
 
         written = []
         for fmt, path in self.reports:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                text = lcov(programs) if fmt == CoverageFormat.LCOV else cobertura(programs)
+                text = report_text(fmt, {"": programs})
                 path.write_text(text)
                 written.append((fmt, path))
             except OSError as exc:  # a read-only tree: a pytest-lbr vm guest's, from the ini

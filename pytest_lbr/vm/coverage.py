@@ -36,7 +36,7 @@ class CoverageReports:
         """Write the report files from the kernels' coverage records (`runs`: kernel
         label -> its results); return what the runner says: the table, the files."""
         from pytest_lbr.coverage.book import CoverageBook
-        from pytest_lbr.coverage.formats import cobertura, lcov, term_missing
+        from pytest_lbr.coverage.formats import report_text, term_missing
 
         books = {
             label: CoverageBook.from_records(asdict(r) for r in res.coverage)
@@ -54,13 +54,8 @@ class CoverageReports:
         for fmt, path in self.files:
             where = path if path.is_absolute() else cwd / path
             where.parent.mkdir(parents=True, exist_ok=True)
-            if fmt == CoverageFormat.LCOV:
-                text = "".join(
-                    lcov(book.sorted(), str(cwd), test=f"kernel_{label}")
-                    for label, book in books.items()
-                )
-            else:
-                text = cobertura(programs, str(cwd))
+            by_kernel = {f"kernel_{label}": book.sorted() for label, book in books.items()}
+            text = report_text(fmt, by_kernel, str(cwd))
             where.write_text(text, encoding="utf-8")
             out.append(f"coverage: {fmt} {where}")
         return out
