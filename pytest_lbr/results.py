@@ -244,6 +244,13 @@ class CoverageRecord:
     lines: list[list[Any]] = field(default_factory=list)
     #: [file, line, jump number on the line, runs it was taken, runs it fell through].
     branches: list[list[Any]] = field(default_factory=list)
+    #: Runs (or passes through its code) whose records do not show every direction of
+    #: its jumps (graph runs; LBR runs cut by the window or filtered). None: a record
+    #: from before the field, read as "every run" (no direction is claimed never taken).
+    unknown_direction_runs: int | None = None
+    #: [name, file, line that declares it, its first line with code] per function
+    #: (main first, subprograms, callbacks).
+    functions: list[list[Any]] = field(default_factory=list)
 
 
 _KINDS: dict[type, str] = {

@@ -299,6 +299,68 @@ def test_lcov_renders_with_genhtml_and_cobertura_parses(loaded: Loaded, tmp_path
     assert (tmp_path / "html" / "index.html").exists()
 
 
+def _brda(info: str) -> dict[tuple[int, int, int], str]:
+    """LCOV's BRDA records: (line, block, branch) -> count or "-"."""
+    out = {}
+    for rec in info.splitlines():
+        if rec.startswith("BRDA:"):
+            ln, blk, br, count = rec.removeprefix("BRDA:").split(",")
+            out[(int(ln), int(blk), int(br))] = count
+    return out
+
+
+def test_graph_coverage_claims_no_branch_direction(loaded: Loaded) -> None:
+    """The function tracer records calls, not jumps: a direction is never shown, so
+    none is claimed not taken ("-", not 0), though the jump's line ran."""
+    cov = _both_arms(loaded)
+    assert not cov.directions_complete
+    brda = _brda(lcov([cov], str(ROOT)))
+    assert brda and set(brda.values()) == {"-"}
+    assert any(ln == BRANCH for ln, _, _ in brda)
+    assert "BRH:0" in lcov([cov], str(ROOT)).splitlines()
+    xml = ET.fromstring(cobertura([cov], str(ROOT)))
+    assert (xml.get("branches-valid"), xml.get("branch-rate")) == ("0", "0")
+
+
+def test_lbr_runs_from_the_entry_claim_the_directions_not_taken(loaded: Loaded) -> None:
+    taken, fell = _runs(loaded)
+    cov = ProgramCoverage("branch_cover", loaded.code.source)
+    cov.add_code(loaded.code)
+    cov.add_run(lbr_run(loaded.code, taken, entered=True), backend="lbr", counted=True)
+    assert cov.directions_complete
+    on_branch = {k: v for k, v in _brda(lcov([cov], str(ROOT))).items() if k[0] == BRANCH}
+    # One run took the branch's jump: that direction 1, the other proven 0.
+    assert sorted(on_branch.values()) == ["0", "1"]
+    assert _rate_of(cobertura([cov], str(ROOT))) == "0.5000"
+    # A run cut by the LBR window may have gone either way before its records begin.
+    cov.add_run(lbr_run(loaded.code, fell[-3:], entered=True), backend="lbr", counted=True)
+    assert not cov.directions_complete
+    on_branch = {k: v for k, v in _brda(lcov([cov], str(ROOT))).items() if k[0] == BRANCH}
+    assert "0" not in on_branch.values() and "1" in on_branch.values()
+    # Records merged from another session keep what they knew.
+    again = ProgramCoverage.from_record(cov.to_record())
+    assert (again.unknown_direction_runs, again.functions) == (1, cov.functions)
+
+
+def _rate_of(xml: str) -> str | None:
+    return ET.fromstring(xml).get("branch-rate")
+
+
+def test_each_bpf_function_is_an_lcov_function_at_its_declaration(loaded: Loaded) -> None:
+    """BTF line info starts at a function's first statement (line 22 of
+    branch_cover.bpf.c); the function is declared two lines above."""
+    cov = _both_arms(loaded)
+    first = next(r for r in loaded.code.records if r.line)
+    source = (ROOT / first.file).read_text().splitlines()
+    declared = next(n for n, text in enumerate(source, 1) if "int branch_cover(" in text)
+    assert declared < first.line
+    assert cov.functions == {"branch_cover": (first.file, declared, first.line)}
+    info = lcov([cov], str(ROOT)).splitlines()
+    assert f"FN:{declared},branch_cover" in info
+    assert f"FNDA:{cov.runs},branch_cover" in info
+    assert ["FNF:1", "FNH:1"] == [r for r in info if r.startswith(("FNF", "FNH"))]
+
+
 def test_every_report_format_has_its_writer_and_sets_by_test_stay_apart(loaded: Loaded) -> None:
     """A format named in `CoverageFormat` without a writer would be written as another."""
     assert set(REPORT_WRITERS) == set(CoverageFormat)

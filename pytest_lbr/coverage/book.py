@@ -42,12 +42,32 @@ class ProgramCoverage:
     runs: int = 0
     #: Runs of the program whose LBR records do not reach back to its entry.
     cut_by_window: int = 0
+    #: Runs (or passes through its code) whose records do not show every direction of
+    #: its jumps (`RunEvidence.directions_known`).
+    unknown_direction_runs: int = 0
+    #: Function name -> (file, the line that declares it, its first line with code):
+    #: main first, then subprograms and callbacks.
+    functions: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     tags: set[str] = field(default_factory=set)
     backends: set[str] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.program, self.source)
+
+    @property
+    def directions_complete(self) -> bool:
+        """Every run showed every direction its jumps took: a direction no run took
+        was never taken (else only the directions taken are known)."""
+        return self.runs > 0 and self.unknown_direction_runs == 0
+
+    def function_runs(self, name: str) -> int:
+        """Runs that showed function `name` ran: the program's runs for its main
+        function; for a subprogram or callback, the runs that showed its first line."""
+        if name == self.program:  # its main function's BTF name
+            return self.runs
+        where = self.functions.get(name)
+        return self.lines.get((where[0], where[2]), 0) if where is not None else 0
 
     def add_code(self, code: ProgramCode) -> None:
         """Know every line of `code` (a load of this program), covered or not."""
@@ -56,6 +76,10 @@ class ProgramCoverage:
             self.lines.setdefault(line, 0)
         for line, n in _jump_keys(code):
             self.branches.setdefault((line, n), [0, 0])
+        for f, fn in enumerate(code.functions):
+            where = code.function_lines(f)
+            if where is not None:
+                self.functions.setdefault(fn.name, where)
 
     def add_run(self, ev: RunEvidence, *, backend: str, counted: bool) -> None:
         """Add what one run showed; `counted`: the run is a hit of this program
@@ -65,6 +89,8 @@ class ProgramCoverage:
             self.runs += 1
             if not ev.entered:
                 self.cut_by_window += 1
+        if not ev.directions_known:
+            self.unknown_direction_runs += 1
         for how, lines in ((EXECUTED, ev.executed), (PROVEN, ev.proven)):
             for line in lines:
                 self.lines[line] = self.lines.get(line, 0) + 1
@@ -88,6 +114,9 @@ class ProgramCoverage:
             counts[1] += f
         self.runs += other.runs
         self.cut_by_window += other.cut_by_window
+        self.unknown_direction_runs += other.unknown_direction_runs
+        for name, where in other.functions.items():
+            self.functions.setdefault(name, where)
         self.tags |= other.tags
         self.backends |= other.backends
 
@@ -116,6 +145,8 @@ class ProgramCoverage:
             "branches": [
                 [f, ln, n, t, nt] for ((f, ln), n), (t, nt) in sorted(self.branches.items())
             ],
+            "unknown_direction_runs": self.unknown_direction_runs,
+            "functions": [[name, *where] for name, where in self.functions.items()],
         }
 
     @classmethod
@@ -132,6 +163,11 @@ class ProgramCoverage:
                 out.how[(f, ln)] = how
         for f, ln, n, t, nt in data.get("branches", ()):
             out.branches[((f, ln), n)] = [t, nt]
+        unknown = data.get("unknown_direction_runs")
+        # A record from before the field: its zeros were never proven.
+        out.unknown_direction_runs = out.runs if unknown is None else int(unknown)
+        for name, f, ln, first in data.get("functions", ()):
+            out.functions[str(name)] = (str(f), int(ln), int(first))
         return out
 
 

@@ -30,6 +30,9 @@ class Function:
     insn: int
     jit_start: int
     jit_end: int
+    #: The source line that declares it (`int xdp_filter(struct xdp_md *ctx)`): the
+    #: line records start at its first statement. 0: not found.
+    line: int = 0
 
 
 @dataclass(frozen=True, order=True)
@@ -118,6 +121,16 @@ class ProgramCode:
         ends = [f.insn for f in self.functions if f.insn > start]
         return range(start, min([nxt, *ends]))
 
+    def function_lines(self, f: int) -> tuple[str, int, int] | None:
+        """(file, the line that declares function `f`, its first line with code); the
+        declaration is the first line with code where unknown (None: it has no line
+        records)."""
+        fn = self.functions[f]
+        first = next((r for r in self.records if r.insn >= fn.insn and r.line), None)
+        if first is None:
+            return None
+        return (first.file, fn.line or first.line, first.line)
+
     def line_of(self, k: int) -> SourceLine | None:
         """The source line of record `k` (None for line 0)."""
         r = self.records[k]
@@ -144,7 +157,7 @@ class ProgramCode:
             "name": self.name,
             "tag": self.tag,
             "xlated": self.xlated.hex(),
-            "functions": [[f.name, f.insn, f.jit_start, f.jit_end] for f in self.functions],
+            "functions": [[f.name, f.insn, f.jit_start, f.jit_end, f.line] for f in self.functions],
             "records": [[r.insn, r.jit, r.file, r.line] for r in self.records],
             "jumps": [list(j) for j in self.jumps],
         }
@@ -159,7 +172,7 @@ class ProgramCode:
             str(data["name"]),
             str(data["tag"]),
             bytes.fromhex(str(data["xlated"])),
-            tuple(Function(str(n), int(i), int(s), int(e)) for n, i, s, e in funcs),  # type: ignore[call-overload]
+            tuple(Function(str(f[0]), *(int(x) for x in f[1:])) for f in funcs),  # type: ignore[call-overload]
             tuple(LineRecord(int(i), int(j), str(f), int(ln)) for i, j, f, ln in records),  # type: ignore[call-overload]
             tuple((a, t) for a, t in jumps),
         )

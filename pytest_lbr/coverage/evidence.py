@@ -41,6 +41,10 @@ class RunEvidence:
     branches: dict[BranchKey, set[bool]] = field(default_factory=dict)
     #: The records reach back to the program's entry (LBR); always True for graph.
     entered: bool = True
+    #: Every execution of its conditional jumps in this run shows its direction (LBR
+    #: records of every branch from the program's entry on): a direction seen in no
+    #: such run was never taken. False for graph, which records calls, not jumps.
+    directions_known: bool = False
 
 
 def _proven_blocks(code: ProgramCode, records: Iterable[int], calls_only: bool) -> set[int]:
@@ -115,6 +119,7 @@ def lbr_run(
         if line is not None:
             ev.executed.add(line)
     _directions(code, ev, taken, spans)
+    ev.directions_known = ev.entered and every_branch
     _prove(code, ev, _proven_blocks(code, executed, calls_only=False))
     if entered and code.flow.entries:
         _prove(code, ev, code.flow.proven_by(code.flow.entries[0]))

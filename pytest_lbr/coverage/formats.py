@@ -131,14 +131,19 @@ def lcov(programs: Sequence[ProgramCoverage], cwd: str | None = None, test: str 
     out = ["TN:" + re.sub(r"\W", "_", test)]
     for file, covs in _by_file(programs).items():
         out.append(f"SF:{os.path.join(base, file)}")
+        # A function per BPF function, at its own first line: programs sharing a
+        # subprogram's source (each loads a copy) sum its runs.
+        functions: dict[str, list[int]] = {}
         for cov in covs:
-            if file == cov.source and cov.file_lines(file):
-                first = min(cov.file_lines(file))
-                out.append(f"FN:{first},{cov.program}")
-                out.append(f"FNDA:{cov.runs},{cov.program}")
-        mains = [c for c in covs if c.source == file]
-        out.append(f"FNF:{len(mains)}")
-        out.append(f"FNH:{sum(1 for c in mains if c.runs)}")
+            for name, (f, ln, _) in cov.functions.items():
+                if f == file:
+                    functions.setdefault(name, [ln, 0])[1] += cov.function_runs(name)
+        for name, (ln, _) in functions.items():
+            out.append(f"FN:{ln},{name}")
+        for name, (_, runs) in functions.items():
+            out.append(f"FNDA:{runs},{name}")
+        out.append(f"FNF:{len(functions)}")
+        out.append(f"FNH:{sum(1 for _, runs in functions.values() if runs)}")
         counts: dict[int, int] = {}
         for cov in covs:
             for ln, c in cov.file_lines(file).items():
@@ -150,8 +155,9 @@ def lcov(programs: Sequence[ProgramCoverage], cwd: str | None = None, test: str 
                 if f != file:
                     continue
                 for br, count in ((0, taken), (1, fell)):
-                    seen = "-" if not counts.get(ln) else str(count)
-                    out.append(f"BRDA:{ln},{i * 1000 + n},{br},{seen}")
+                    out.append(
+                        f"BRDA:{ln},{i * 1000 + n},{br},{_direction(cov, ln, count, counts)}"
+                    )
                     branches += 1
                     hit += count > 0
         out.append(f"BRF:{branches}")
@@ -164,6 +170,16 @@ def lcov(programs: Sequence[ProgramCoverage], cwd: str | None = None, test: str 
     return "\n".join(out) + "\n"
 
 
+def _direction(cov: ProgramCoverage, line: int, count: int, counts: Mapping[int, int]) -> str:
+    """A branch direction as LCOV's BRDA gives it: the runs that took it; "0" only
+    where that is known (its line ran, and every run showed every direction:
+    `directions_complete`); else "-", no claim (graph records show calls, not jumps;
+    an LBR run cut by its window misses some)."""
+    if count:
+        return str(count)
+    return "0" if counts.get(line) and cov.directions_complete else "-"
+
+
 def _rate(covered: int, total: int) -> str:
     return f"{covered / total if total else 1:.4f}"
 
@@ -172,13 +188,16 @@ def cobertura(programs: Sequence[ProgramCoverage], cwd: str | None = None) -> st
     """Cobertura XML: a package per source file, a class per program in it."""
     valid = sum(len(c.lines) for c in programs)
     covered = sum(1 for c in programs for n in c.lines.values() if n)
-    bvalid = sum(2 * len(c.branches) for c in programs)
-    bcovered = sum((t > 0) + (f > 0) for c in programs for t, f in c.branches.values())
+    # Branches only of programs whose every run showed every direction: elsewhere a
+    # direction not seen may have been taken (Cobertura has no "unknown").
+    known = [c for c in programs if c.directions_complete]
+    bvalid = sum(2 * len(c.branches) for c in known)
+    bcovered = sum((t > 0) + (f > 0) for c in known for t, f in c.branches.values())
     root = ET.Element(
         "coverage",
         {
             "line-rate": _rate(covered, valid),
-            "branch-rate": _rate(bcovered, bvalid),
+            "branch-rate": _rate(bcovered, bvalid) if bvalid else "0",
             "lines-covered": str(covered),
             "lines-valid": str(valid),
             "branches-covered": str(bcovered),

@@ -7,6 +7,10 @@ capstone (`symbols.disasm`), for the branch directions LBR records show.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import re
+
 from pytest_lbr.coverage.code import Function, LineRecord, ProgramCode
 
 __all__ = ["read_code"]
@@ -48,7 +52,37 @@ def read_code(fd: int, arch: str) -> ProgramCode:
         _, image = jited_image(fd)
         jumps = _conditional_jumps(image, functions, arch)
     name = functions[0].name if functions else d.name  # BTF's, not the kernel's 15 bytes
+    functions = [_declared(fn, records) for fn in functions]
     return ProgramCode(name, d.tag, xlated, tuple(functions), tuple(records), jumps)
+
+
+#: How far above its first statement a function's declaration may be (a long
+#: parameter list, a comment, attributes).
+_DECLARATION_REACH = 40
+
+
+def _declared(fn: Function, records: list[LineRecord]) -> Function:
+    """`fn` with the line that declares it: the nearest line at or above its first
+    line record naming it followed by "(" (BTF line info holds statements only)."""
+    first = next((r for r in records if r.insn >= fn.insn and r.line), None)
+    if first is None:
+        return fn
+    lines = _source_lines(first.file)
+    call = re.compile(rf"\b{re.escape(fn.name)}\s*\(")
+    for ln in range(first.line, max(first.line - _DECLARATION_REACH, 0), -1):
+        if ln <= len(lines) and call.search(lines[ln - 1]):
+            return dataclasses.replace(fn, line=ln)
+    return fn
+
+
+@functools.lru_cache(maxsize=64)
+def _source_lines(path: str) -> list[str]:
+    """A source file's lines ([] where it cannot be read: then no declaration)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
 
 
 def _conditional_jumps(
