@@ -7,14 +7,32 @@ what to leave out where; everything that filters noise imports them from here.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
+    "CLOCK_READS",
     "DEFAULT_EXCLUDE",
+    "EXCEPTION_HANDLERS",
     "EXIT_HOOK_FRAMES",
+    "FTRACE_OWN_PARENTS",
+    "IRQ_EDGE_FUNCTIONS",
+    "IRQ_EDGE_PARENTS",
     "PROBE_HANDLERS",
     "TRACER_OWN_FUNCTIONS",
     "TRACER_PROGRAMS",
     "TRACER_SYMBOLS",
+    "TRACE_CLOCK",
+    "TRAMPOLINE",
 ]
+
+#: An fentry/fexit program's way in and out: the BPF trampoline (never recorded
+#: itself, only named as a parent) calls `__bpf_tramp_enter`, `__bpf_prog_enter*`,
+#: the program, `__bpf_prog_exit*` and `__bpf_tramp_exit`. Every list below that
+#: leaves the tracer's machinery out holds these four.
+PROG_ENTER, PROG_EXIT, TRAMP = "__bpf_prog_enter*", "__bpf_prog_exit*", "__bpf_tramp_*"
+TRAMPOLINE = (PROG_ENTER, PROG_EXIT, TRAMP, "bpf_trampoline_*")
+#: The LBR snapshot: the helper and each vendor's PMU code under it.
+SNAPSHOT = ("bpf_get_branch_snapshot", "intel_pmu_snapshot*", "amd_pmu_*snapshot*")
 
 #: The tracer's own BPF programs (bpf/lbr_tracer.bpf.c), by function name: kallsyms
 #: lists each as bpf_prog_<tag>_<name>. Named one by one, so a user's program called
@@ -37,17 +55,12 @@ TRACER_PROGRAMS = (
 #: trampolines, program entry/exit, the kprobe/fprobe/tracepoint plumbing, the
 #: tracer program (bpf_prog_<tag>_lbr_*) and the helper.
 TRACER_SYMBOLS = (
-    "bpf_trampoline_*",
-    "__bpf_prog_enter*",
-    "__bpf_prog_exit*",
-    "__bpf_tramp_*",
+    *TRAMPOLINE,
     *(f"bpf_prog_*_{name}" for name in TRACER_PROGRAMS),
     # As the earlier "bpf_prog_*_lbr_*" did (LBR trimming is not testable here).
     "bpf_prog_*_lbr_selftest",
-    "bpf_get_branch_snapshot",
+    *SNAPSHOT,
     "bpf_get_smp_processor_id",
-    "intel_pmu_snapshot*",
-    "amd_pmu_*snapshot*",
     "migrate_disable",
     "migrate_enable",
     "__rcu_read_lock",
@@ -75,7 +88,6 @@ TRACER_OWN_FUNCTIONS = (
     "bpf_get_smp_processor_id",
     "bpf_get_current_pid_tgid",
     "bpf_ktime_get_ns",
-    "bpf_get_branch_snapshot",
     "bpf_ringbuf_*",
     "bpf_get_func_ret",
     "bpf_get_func_ip*",
@@ -86,15 +98,11 @@ TRACER_OWN_FUNCTIONS = (
     "rcu_read_unlock*",
     "__rcu_read_lock",
     "__rcu_read_unlock",
-    "__bpf_prog_enter*",
-    "__bpf_prog_exit*",
-    "__bpf_tramp_*",
-    "bpf_trampoline_*",
+    *TRAMPOLINE,
     "preempt_count_add",
     "preempt_count_sub",
     "bpf_prog_start_time",
-    "intel_pmu_snapshot*",
-    "amd_pmu_*snapshot*",
+    *SNAPSHOT,
 )
 
 
@@ -123,18 +131,13 @@ PROBE_HANDLERS = frozenset(
 
 
 #: How the function tracer shows the fexit hook the graph backend attaches to a
-#: BPF program for its return value. The program's BPF trampoline (never recorded
-#: itself, only named as a parent) calls `__bpf_tramp_enter`, the program, then
-#: `__bpf_prog_enter*`, the LBR tracer's program (whose kallsyms name ends in the
-#: traced program's name, not its own: seen on 6.12), `__bpf_prog_exit*` and
-#: `__bpf_tramp_exit`. These are notrace (never recorded): the records they and
-#: the tracer program caused are dropped before nesting; a user's own
-#: fentry/fexit program between an enter and an exit stays.
-EXIT_HOOK_FRAMES = {
-    "enter": "__bpf_prog_enter*",
-    "exit": "__bpf_prog_exit*",
-    "trampoline": "__bpf_tramp_*",
-}
+#: BPF program for its return value (`TRAMPOLINE`): after the program, the
+#: trampoline calls `__bpf_prog_enter*`, the LBR tracer's program (whose kallsyms
+#: name ends in the traced program's name, not its own: seen on 6.12),
+#: `__bpf_prog_exit*` and `__bpf_tramp_exit`. These are notrace (never recorded):
+#: the records they and the tracer program caused are dropped before nesting; a
+#: user's own fentry/fexit program between an enter and an exit stays.
+EXIT_HOOK_FRAMES = {"enter": PROG_ENTER, "exit": PROG_EXIT, "trampoline": TRAMP}
 
 
 #: Functions that are noise rather than the code under test, with everything they call.
@@ -220,10 +223,7 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
     "__free_pages*",
     "__free_one_page",
     # tracer machinery: BPF trampolines, ftrace/fgraph, kprobes, perf, ring buffers
-    "__bpf_prog_enter*",
-    "__bpf_prog_exit*",
-    "__bpf_tramp_*",
-    "bpf_trampoline_*",
+    *TRAMPOLINE,
     "bpf_get_branch_snapshot",
     "bpf_get_smp_processor_id",
     "bpf_ringbuf_*",
@@ -244,3 +244,70 @@ DEFAULT_EXCLUDE: tuple[str, ...] = (
     "perf_*",
     "__perf_*",
 )
+
+
+# -- the function tracer's (graph backend) own records ------------------------------
+
+#: What trace_clock "mono" reads: its clocksource's read function, when traceable
+#: (read_hpet under TCG), is recorded with every record, nested anywhere; such
+#: records are ftrace's own, and can outnumber the traced code's.
+TRACE_CLOCK = "ktime_get_mono_fast_ns"
+
+#: The read function of each clocksource the kernel may pick (names in
+#: /sys/devices/system/clocksource/*/current_clocksource): put in the instance's
+#: set_ftrace_notrace before the tracer starts. Any other is learnt from the
+#: first trace's records (`capture.graph.backend`: the children of `TRACE_CLOCK`).
+CLOCK_READS = {
+    "hpet": "read_hpet",
+    "acpi_pm": "acpi_pm_read",
+    "tsc": "read_tsc",
+    "tsc-early": "read_tsc",
+    "kvm-clock": "kvm_clock_get_cycles",
+    # arm64's generic timer (drivers/clocksource/arm_arch_timer.c): in the arm64
+    # 6.1 guest its reads were most of a first trace's records.
+    "arch_sys_counter": "arch_counter_read",
+}
+
+#: The function tracer's own pid filter (kernel/trace/pid_list.c, since v5.17), which
+#: the sched_switch tracepoint runs through an indirect call when a traced thread
+#: is switched out, because the backend sets set_ftrace_pid. kernel/trace is built
+#: without -pg, so only its callees are recorded ("_raw_spin_lock_irqsave
+#: <-trace_pid_list_is_set", 6.1 and 6.12 guests): ftrace's work, as clock reads are.
+FTRACE_OWN_PARENTS = frozenset({"trace_pid_list_is_set"})
+
+#: Interrupt entry and exit code that runs before the hardirq bit is set in
+#: preempt_count or after it is cleared: ftrace does not flag these records as
+#: irq, yet they are not the thread's work. Seen in the 6.1 and 6.12 guests:
+#: "irq_enter_rcu <-sysvec_apic_timer_interrupt", "handle_softirqs <-__irq_exit_rcu",
+#: "idle_cpu <-__irq_exit_rcu", "exit_to_user_mode_prepare <-irqentry_exit_to_user_mode".
+#: Kept, they nested into whatever the thread was doing: a timer interrupt in the
+#: middle of a BPF program run cut it into two hits, the second taking in the
+#: BPF_PROG_TEST_RUN machinery (6.1), or hid one of the program's calls under the
+#: interrupt in the golden trace (6.12). The softirq entry a thread takes itself
+#: (local_bh_enable -> do_softirq) is the same: arm64 runs it on the irq stack,
+#: "____do_softirq <-call_on_irq_stack" (arch/arm64/kernel/irq.c; arm64 6.1 guest),
+#: and a softirq pending in a traced connect put that edge in a golden trace.
+#: A record is such code when its parent matches `IRQ_EDGE_PARENTS` or its function
+#: is one of `IRQ_EDGE_FUNCTIONS`.
+IRQ_EDGE_PARENTS = re.compile(
+    r"^(?:asm_|sysvec_|__sysvec_|common_interrupt$|__common_interrupt$|spurious_interrupt"
+    r"|irqentry_|__irq_exit_rcu$|irq_exit_rcu$|irq_enter_rcu$|call_on_irq_stack$)"
+)
+IRQ_EDGE_FUNCTIONS = frozenset(
+    {
+        "irq_enter_rcu",
+        "irq_exit_rcu",
+        "__irq_exit_rcu",
+        "handle_softirqs",
+        "do_softirq",
+        "do_softirq_own_stack",
+        "____do_softirq",
+        "__do_softirq",
+    }
+)
+
+#: Exception handlers entered by the CPU, not called: x86-64's idtentry C handlers
+#: (arch/x86/include/asm/idtentry.h: exc_page_fault, exc_int3, ...; noinstr, so a
+#: page fault in bpf_get_stack's user-stack walk shows only as the parent of
+#: do_user_addr_fault, 6.12 guest) and arm64's (arch/arm64/kernel/entry-common.c).
+EXCEPTION_HANDLERS = re.compile(r"^(?:exc_|el1h_64_sync_handler$|el0t_64_sync_handler$)")

@@ -20,12 +20,12 @@ import pytest
 from pytest_lbr.capture.graph.backend import probe_graph
 from pytest_lbr.capture.graph.calls import BPF_SYMBOL_RE, reconstruct
 from pytest_lbr.capture.graph.hits import build_hits, descendants
-from pytest_lbr.capture.graph.own import FTRACE_OWN_PARENTS
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.kernel import tracefs
 from pytest_lbr.model import UNSEEN_CALLER, Branch, Hit, Trace
 from pytest_lbr.model.text import CallFrame, call_tree
+from pytest_lbr.noise import FTRACE_OWN_PARENTS
 from pytest_lbr.targets import parse_target
 
 DATA = Path(__file__).parent / "data"

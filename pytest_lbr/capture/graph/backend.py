@@ -59,7 +59,6 @@ from pytest_lbr.capture.base import (
 )
 from pytest_lbr.capture.call_sites import call_sites
 from pytest_lbr.capture.graph.hits import (
-    TRACE_CLOCK,
     HitBuilder,
     descendants,
     glob_matcher,
@@ -74,7 +73,7 @@ from pytest_lbr.capture.graph.live_state import (
     LiveState,
     settle,
 )
-from pytest_lbr.capture.graph.own import CAPTURE_MODULES, CLOCK_READS, OWN_WORK_NOTE
+from pytest_lbr.capture.graph.own import CAPTURE_MODULES, OWN_WORK_NOTE
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
@@ -88,6 +87,7 @@ from pytest_lbr.kernel.tracefs import (
     find_tracefs,
 )
 from pytest_lbr.model import Hit, Trace
+from pytest_lbr.noise import CLOCK_READS, TRACE_CLOCK
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
+from pytest_lbr.noise import EXCEPTION_HANDLERS
 
 __all__ = [
     "SiteFinder",
@@ -63,16 +64,9 @@ class Step:
     record: FunctionRecord | EventRecord | None = None
 
 
-#: Exception handlers entered by the CPU, not called: x86-64's idtentry C handlers
-#: (arch/x86/include/asm/idtentry.h: exc_page_fault, exc_int3, ...; noinstr, so a
-#: page fault in bpf_get_stack's user-stack walk shows only as the parent of
-#: do_user_addr_fault, 6.12 guest) and arm64's (arch/arm64/kernel/entry-common.c).
-_EXCEPTION_HANDLER = re.compile(r"^(?:exc_|el1h_64_sync_handler$|el0t_64_sync_handler$)")
-
-
 def is_exception_handler(func: str) -> bool:
     """Whether `func` is an exception handler the CPU enters (no call made it)."""
-    return _EXCEPTION_HANDLER.match(func) is not None
+    return EXCEPTION_HANDLERS.match(func) is not None
 
 
 class SiteFinder(Protocol):

@@ -37,14 +37,13 @@ from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
 from pytest_lbr.capture.graph.trampoline import trampoline_frame, without_exit_hooks
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.model import EXCEPTION_ENTRY, UNSEEN_CALLER, Branch, Hit, Location
-from pytest_lbr.noise import PROBE_HANDLERS
+from pytest_lbr.noise import IRQ_EDGE_FUNCTIONS, IRQ_EDGE_PARENTS, PROBE_HANDLERS, TRACE_CLOCK
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is read
     from pytest_lbr.symbols.elf import ElfFunctions
 
 __all__ = [
-    "TRACE_CLOCK",
     "HitBuilder",
     "build_hits",
     "descendants",
@@ -54,50 +53,16 @@ __all__ = [
     "ran_in_interrupt",
 ]
 
-#: What trace_clock "mono" reads: its clocksource's read function, when traceable
-#: (read_hpet under TCG), is recorded with every record, nested anywhere; such
-#: records are ftrace's own, and can outnumber the traced code's.
-TRACE_CLOCK = "ktime_get_mono_fast_ns"
-
-#: Interrupt entry and exit code that runs before the hardirq bit is set in
-#: preempt_count or after it is cleared: ftrace does not flag these records as
-#: irq, yet they are not the thread's work. Seen in the 6.1 and 6.12 guests:
-#: "irq_enter_rcu <-sysvec_apic_timer_interrupt", "handle_softirqs <-__irq_exit_rcu",
-#: "idle_cpu <-__irq_exit_rcu", "exit_to_user_mode_prepare <-irqentry_exit_to_user_mode".
-#: Kept, they nested into whatever the thread was doing: a timer interrupt in the
-#: middle of a BPF program run cut it into two hits, the second taking in the
-#: BPF_PROG_TEST_RUN machinery (6.1), or hid one of the program's calls under the
-#: interrupt in the golden trace (6.12). The softirq entry a thread takes itself
-#: (local_bh_enable -> do_softirq) is the same: arm64 runs it on the irq stack,
-#: "____do_softirq <-call_on_irq_stack" (arch/arm64/kernel/irq.c; arm64 6.1 guest),
-#: and a softirq pending in a traced connect put that edge in a golden trace.
-_IRQ_EDGE_PARENT = re.compile(
-    r"^(?:asm_|sysvec_|__sysvec_|common_interrupt$|__common_interrupt$|spurious_interrupt"
-    r"|irqentry_|__irq_exit_rcu$|irq_exit_rcu$|irq_enter_rcu$|call_on_irq_stack$)"
-)
-_IRQ_EDGE_FUNC = frozenset(
-    {
-        "irq_enter_rcu",
-        "irq_exit_rcu",
-        "__irq_exit_rcu",
-        "handle_softirqs",
-        "do_softirq",
-        "do_softirq_own_stack",
-        "____do_softirq",
-        "__do_softirq",
-    }
-)
-
 
 def _interrupt_edge(r: FunctionRecord) -> bool:
     """A record of interrupt entry/exit code that ftrace's flags do not mark as irq."""
-    return r.func in _IRQ_EDGE_FUNC or bool(r.parent and _interrupt_edge_parent(r.parent))
+    return r.func in IRQ_EDGE_FUNCTIONS or bool(r.parent and _interrupt_edge_parent(r.parent))
 
 
 @functools.lru_cache(maxsize=4096)
 def _interrupt_edge_parent(parent: str) -> bool:
-    """`_IRQ_EDGE_PARENT`, asked once per name (it is asked for every record)."""
-    return _IRQ_EDGE_PARENT.match(parent) is not None
+    """`IRQ_EDGE_PARENTS`, asked once per name (it is asked for every record)."""
+    return IRQ_EDGE_PARENTS.match(parent) is not None
 
 
 def descendants(tids: Iterable[int], records: Iterable[FunctionRecord | EventRecord]) -> set[int]:

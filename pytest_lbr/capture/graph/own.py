@@ -12,24 +12,9 @@ from __future__ import annotations
 import re
 
 from pytest_lbr.capture.graph.text import FunctionRecord
-from pytest_lbr.noise import TRACER_PROGRAMS
+from pytest_lbr.noise import FTRACE_OWN_PARENTS, TRACER_PROGRAMS
 
-__all__ = ["CAPTURE_MODULES", "CLOCK_READS", "FTRACE_OWN_PARENTS", "OWN_WORK_NOTE", "TracerOwn"]
-
-#: The read function of each clocksource the kernel may pick (names in
-#: /sys/devices/system/clocksource/*/current_clocksource): put in the instance's
-#: set_ftrace_notrace before the tracer starts. Any other is learnt from the
-#: first trace's records (`backend.GraphRecorder.skip_clock_reads`).
-CLOCK_READS = {
-    "hpet": "read_hpet",
-    "acpi_pm": "acpi_pm_read",
-    "tsc": "read_tsc",
-    "tsc-early": "read_tsc",
-    "kvm-clock": "kvm_clock_get_cycles",
-    # arm64's generic timer (drivers/clocksource/arm_arch_timer.c): in the arm64
-    # 6.1 guest its reads were most of a first trace's records.
-    "arch_sys_counter": "arch_counter_read",
-}
+__all__ = ["CAPTURE_MODULES", "OWN_WORK_NOTE", "TracerOwn"]
 
 #: What a graph capture imports where it needs it, imported by
 #: `backend.GraphBackend.prepare` (see `OWN_WORK_NOTE`); `narrow` brings capstone
@@ -53,12 +38,6 @@ OWN_WORK_NOTE = (
     "calls counted it too (Tracer.prepare() before the traced code makes the session's)"
 )
 
-#: The function tracer's own pid filter (kernel/trace/pid_list.c, since v5.17), which
-#: the sched_switch tracepoint runs through an indirect call when a traced thread
-#: is switched out, because the backend sets set_ftrace_pid. kernel/trace is built
-#: without -pg, so only its callees are recorded ("_raw_spin_lock_irqsave
-#: <-trace_pid_list_is_set", 6.1 and 6.12 guests): ftrace's work, as clock reads are.
-FTRACE_OWN_PARENTS = frozenset({"trace_pid_list_is_set"})
 #: Our own BPF programs (bpf/lbr_tracer.bpf.c: the fexit that reads a traced
 #: program's return value runs in its trampoline, right after it): their calls
 #: ("bpf_get_current_pid_tgid <-bpf_prog_<tag>_lbr_fexit", 6.12 guest) are the
