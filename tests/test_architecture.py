@@ -308,3 +308,17 @@ def test_no_three_modules_of_a_folder_share_a_prefix() -> None:
             if len(names) >= 3
         ]
     assert not families, "make each a package:\n" + "\n".join(families)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name one module shares with another is public (in its `__all__`): a private
+    one imported elsewhere is an API nobody declared."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                ours = node.level > 0 or (node.module or "").startswith("pytest_lbr")
+                for alias in node.names if ours else ():
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.relative_to(PACKAGE.parent)}: {alias.name}")
+    assert not found, found

@@ -34,7 +34,15 @@ from pytest_lbr.bpf.libbpf import (
     libbpf_messages,
     sys_bpf,
 )
-from pytest_lbr.bpf.links import _L, AttachError, Link, _interface, _last, _on, link_id
+from pytest_lbr.bpf.links import (
+    AttachError,
+    Link,
+    LinkT,
+    interface_index,
+    interface_words,
+    last_message,
+    link_id,
+)
 from pytest_lbr.bpf.netns import NETNS_RUN_DIR, call_in
 
 __all__ = [
@@ -177,7 +185,7 @@ class _Prog(Protocol):
     @property
     def section(self) -> str: ...
 
-    def _keep(self, link: _L) -> _L: ...
+    def _keep(self, link: LinkT) -> LinkT: ...
 
     def _require(self, kind: str, section: str, mode: str) -> None: ...
 
@@ -201,14 +209,14 @@ class NetAttach:
         prog_fd, name = self.fd, self.name
 
         def attach() -> tuple[str, int]:
-            ifindex, ifname = _interface(interface, netns)
-            what = f"cannot attach {name} to {_on(ifname, netns)} as a tcx {direction} link"
+            ifindex, ifname = interface_index(interface, netns)
+            what = f"cannot attach {name} to {interface_words(ifname, netns)} as a tcx {direction} link"
             fd = lib.bpf_link_create(prog_fd, ifindex, TCX_DIRECTIONS[direction], None)
             if fd < 0:
                 err = -fd if fd != -1 else (ctypes.get_errno() or errno.EPERM)
                 hint = _ROOT_HINT if err in _PERMISSION else _TCX_HINTS.get(err, "")
                 raise AttachError(err, what, hint)
-            return f"{_on(ifname, netns)} tcx {direction}", fd
+            return f"{interface_words(ifname, netns)} tcx {direction}", fd
 
         where, fd = call_in(netns, attach)
         return self._keep(FdLink(name, fd, where))
@@ -243,7 +251,9 @@ class NetAttach:
         finally:
             os.close(fd)
         if not ptr:
-            hint = _ROOT_HINT if err in _PERMISSION else _NETNS_HINTS.get(err, "") or _last(log)
+            hint = (
+                _ROOT_HINT if err in _PERMISSION else _NETNS_HINTS.get(err, "") or last_message(log)
+            )
             raise AttachError(err, what, hint)
         return self._keep(Link(self.name, ptr))
 

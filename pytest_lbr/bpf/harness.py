@@ -48,25 +48,25 @@ from pytest_lbr.bpf.libbpf import (
     prog_info,
 )
 from pytest_lbr.bpf.links import (
-    _L,
-    _XDP_HINTS,
     TC_DIRECTIONS,
+    XDP_HINTS,
     AttachError,
     Link,
+    LinkT,
     NoLinkFd,
     PerCpuLink,
     SockmapLink,
     TcLink,
     XdpLink,
-    _interface,
-    _last,
-    _on,
-    _tc_attach,
+    interface_index,
+    interface_words,
+    last_message,
+    tc_attach,
 )
 from pytest_lbr.bpf.maps import Map
 from pytest_lbr.bpf.netns import call_in
 from pytest_lbr.errors import UserError
-from pytest_lbr.kernel.helpers import remember_written
+from pytest_lbr.programs.written import remember_written
 
 __all__ = [
     "TC_DIRECTIONS",
@@ -281,7 +281,7 @@ class BpfObject:
             ptr = lib.bpf_map__attach_struct_ops(bmap._ptr)
             err = ctypes.get_errno() or errno.EINVAL
         if not ptr:
-            hint = _ROOT_HINT if err in _PERMISSION else _last(log)
+            hint = _ROOT_HINT if err in _PERMISSION else last_message(log)
             if err == errno.EEXIST:
                 hint = "one of that name is registered already (a TCP congestion control's name is global)"
             raise AttachError(err, what, hint)
@@ -513,7 +513,7 @@ class Program(NetAttach):
             )
             err = ctypes.get_errno() or errno.EINVAL
         if not link:
-            hint = _ITER_HINTS.get(err, "") or _last(log)
+            hint = _ITER_HINTS.get(err, "") or last_message(log)
             if err == errno.EBADF and map is None:
                 hint = "a map element iterator needs its map: prog.iterate(map=obj.maps[NAME])"
             raise AttachError(err, what, hint)
@@ -562,7 +562,7 @@ class Program(NetAttach):
         finally:
             os.close(fd)
         if not ptr:
-            raise AttachError(err, what, _ROOT_HINT if err in _PERMISSION else _last(log))
+            raise AttachError(err, what, _ROOT_HINT if err in _PERMISSION else last_message(log))
         return self._keep(Link(self.name, ptr))
 
     def attach_sockmap(self, sockmap: Map) -> Link:
@@ -653,7 +653,7 @@ class Program(NetAttach):
         )
         return self._keep(link)
 
-    def _keep(self, link: _L) -> _L:
+    def _keep(self, link: LinkT) -> LinkT:
         self._obj._links.append(link)
         return link
 
@@ -684,13 +684,13 @@ class Program(NetAttach):
         prog_fd = self.fd
 
         def attach() -> tuple[int, str, int]:
-            ifindex, ifname = _interface(interface, netns)
-            what = f"cannot attach {self.name} to {_on(ifname, netns)} as XDP ({mode} mode)"
+            ifindex, ifname = interface_index(interface, netns)
+            what = f"cannot attach {self.name} to {interface_words(ifname, netns)} as XDP ({mode} mode)"
             opts = BpfLinkCreateOpts(sz=ctypes.sizeof(BpfLinkCreateOpts), flags=XDP_MODES[mode])
             fd = lib.bpf_link_create(prog_fd, ifindex, BPF_XDP, ctypes.byref(opts))
             if fd < 0:
                 err = -fd if fd != -1 else (ctypes.get_errno() or errno.EPERM)
-                raise AttachError(err, what, _XDP_HINTS.get(err, ""))
+                raise AttachError(err, what, XDP_HINTS.get(err, ""))
             return ifindex, ifname, fd
 
         ifindex, ifname, fd = call_in(netns, attach)
@@ -715,7 +715,7 @@ class Program(NetAttach):
             )
         self._require("sched_cls", "tc", f"a tc {direction} filter")
         prog_fd = self.fd
-        attach = lambda: _tc_attach(self.name, prog_fd, interface, netns, direction)  # noqa: E731
+        attach = lambda: tc_attach(self.name, prog_fd, interface, netns, direction)  # noqa: E731
         ifname, ifindex, handle, priority = call_in(netns, attach)
         return self._keep(TcLink(self.name, ifname, ifindex, netns, direction, handle, priority))
 

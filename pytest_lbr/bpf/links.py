@@ -32,9 +32,15 @@ from pytest_lbr.errors import UserError
 
 __all__ = [
     "TC_DIRECTIONS",
+    "XDP_HINTS",
     "AttachError",
     "Link",
+    "LinkT",
+    "interface_index",
+    "interface_words",
+    "last_message",
     "link_id",
+    "tc_attach",
     "NoLinkFd",
     "PerCpuLink",
     "SockmapLink",
@@ -111,7 +117,7 @@ class Link:
         if detach is not None:
             detach()
 
-    def __enter__(self: _L) -> _L:
+    def __enter__(self: LinkT) -> LinkT:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -121,7 +127,7 @@ class Link:
         return f"<{type(self).__name__} {self.program} {'closed' if self.closed else 'attached'}>"
 
 
-_L = TypeVar("_L", bound=Link)
+LinkT = TypeVar("LinkT", bound=Link)
 
 
 class SockmapLink(Link):
@@ -185,9 +191,7 @@ class XdpLink(Link):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "attached"
-        return (
-            f"<XdpLink {self.program} on {_on(self.interface, self.netns)} ({self.mode}) {state}>"
-        )
+        return f"<XdpLink {self.program} on {interface_words(self.interface, self.netns)} ({self.mode}) {state}>"
 
 
 class TcLink(Link):
@@ -220,22 +224,23 @@ class TcLink(Link):
 
     def _link_fd(self) -> int:
         raise NoLinkFd(
-            f"a tc filter has no link fd: {self.program} on {_on(self.interface, self.netns)} "
+            f"a tc filter has no link fd: {self.program} on {interface_words(self.interface, self.netns)} "
             f"{self.direction} is a netlink filter (bpf_tc_attach), not a BPF link; "
             f"it is known by handle {self.handle:#x} and priority {self.priority}"
         )
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "attached"
-        where = _on(self.interface, self.netns)
+        where = interface_words(self.interface, self.netns)
         return f"<TcLink {self.program} on {where} {self.direction} {state}>"
 
 
-def _on(ifname: str, netns: str | None) -> str:
+def interface_words(ifname: str, netns: str | None) -> str:
+    """An interface as messages name it: "veth0", or "veth0 (netns lbr-ns)"."""
     return ifname if netns is None else f"{ifname} (netns {netns})"
 
 
-def _interface(interface: str | int, netns: str | None) -> tuple[int, str]:
+def interface_index(interface: str | int, netns: str | None) -> tuple[int, str]:
     """(ifindex, name) of an interface of the calling thread's namespace."""
     where = "" if netns is None else f" in netns {netns}"
     if isinstance(interface, int):
@@ -251,7 +256,7 @@ def _interface(interface: str | int, netns: str | None) -> tuple[int, str]:
         raise AttachError(errno.ENODEV, f"no network interface {interface!r}{where}") from None
 
 
-_XDP_HINTS = {
+XDP_HINTS = {
     errno.EOPNOTSUPP: "the driver has no native XDP: use mode='generic' (or 'auto')",
     errno.EBUSY: "another XDP program is attached there: detach it first",
     errno.EEXIST: "another XDP program is attached there (in another mode): detach it first",
@@ -271,25 +276,25 @@ def _tc_hook(ifindex: int, attach_point: int) -> BpfTcHook:
     return BpfTcHook(sz=ctypes.sizeof(BpfTcHook), ifindex=ifindex, attach_point=attach_point)
 
 
-def _tc_attach(
+def tc_attach(
     program: str, prog_fd: int, interface: str | int, netns: str | None, direction: str
 ) -> tuple[str, int, int, int]:
     """In the interface's namespace: the clsact hook (made if missing), then the filter."""
-    ifindex, ifname = _interface(interface, netns)
-    what = f"cannot attach {program} to {_on(ifname, netns)} as a tc {direction} filter"
+    ifindex, ifname = interface_index(interface, netns)
+    what = f"cannot attach {program} to {interface_words(ifname, netns)} as a tc {direction} filter"
     key = (netns, ifindex)
     hook = _tc_hook(ifindex, TC_DIRECTIONS[direction])
     with _clsact_lock, libbpf_messages() as log:
         ret = lib.bpf_tc_hook_create(ctypes.byref(hook))
         if ret < 0 and ret != -errno.EEXIST:
-            raise AttachError(-ret, f"{what}: cannot create its clsact qdisc", _last(log))
+            raise AttachError(-ret, f"{what}: cannot create its clsact qdisc", last_message(log))
         if ret == 0:
             _clsact[key] = 0
         opts = BpfTcOpts(sz=ctypes.sizeof(BpfTcOpts), prog_fd=prog_fd)
         ret = lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
         if ret < 0:
             _release_clsact(key, ifindex)
-            raise AttachError(-ret, what, _last(log))
+            raise AttachError(-ret, what, last_message(log))
         if key in _clsact:
             _clsact[key] += 1
     return ifname, ifindex, int(opts.handle), int(opts.priority)
@@ -309,8 +314,10 @@ def _tc_detach(
             _clsact[key] -= 1
             _release_clsact(key, ifindex)
         if ret < 0 and -ret not in _GONE:
-            where = _on(str(ifindex), netns)
-            raise AttachError(-ret, f"cannot detach {program}'s tc filter from {where}", _last(log))
+            where = interface_words(str(ifindex), netns)
+            raise AttachError(
+                -ret, f"cannot detach {program}'s tc filter from {where}", last_message(log)
+            )
 
 
 def _release_clsact(key: tuple[str | None, int], ifindex: int) -> None:
@@ -321,6 +328,6 @@ def _release_clsact(key: tuple[str | None, int], ifindex: int) -> None:
         lib.bpf_tc_hook_destroy(ctypes.byref(both))  # gone with its interface: fine too
 
 
-def _last(log: list[str]) -> str:
+def last_message(log: list[str]) -> str:
     """libbpf's last message (for tc: the kernel's netlink error text), one line."""
     return " ".join(log[-1].split()) if log else ""

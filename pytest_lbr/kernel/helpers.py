@@ -18,7 +18,6 @@ import ctypes
 import os
 import re
 import struct
-import threading
 from collections.abc import Callable, Iterable
 from ctypes import Structure, c_char, c_uint8, c_uint32
 
@@ -31,9 +30,7 @@ __all__ = [
     "map_op_implementations",
     "map_type",
     "prog_array_members",
-    "remember_written",
     "verifier_inlines",
-    "written_insns",
     "xlated_insns",
 ]
 
@@ -73,14 +70,6 @@ def helper_ids() -> dict[int, str]:
         return out
     finally:
         lib.btf__free(btf)
-
-
-def _proto_symbols() -> list[tuple[str, int]]:
-    """The `*_proto*` data symbols of /proc/kallsyms, from the process's one read of
-    it (`symbols.kallsyms.live_kallsyms`, whose parser is the only one)."""
-    from pytest_lbr.symbols.kallsyms import live_kallsyms
-
-    return live_kallsyms().protos or []
 
 
 class KernelMemory:
@@ -150,13 +139,14 @@ def helper_implementations(
     A helper whose implementation has its own name (bpf_ktime_get_ns) maps to
     itself. `data_address` (a proto's live address from elsewhere, e.g. the
     debug vmlinux) is asked when kallsyms lists no data symbols. `listed`: the
-    `*_proto` (name, address) pairs of a kallsyms read the caller made already
-    (None: /proc/kallsyms is read here).
+    `*_proto` (name, address) pairs of the caller's read of kallsyms
+    (`symbols.kallsyms.KernelSymbols.protos`, whose parser is the only one; None or
+    empty: kallsyms lists none).
     """
     helpers = set(names)
     wanted = {f"{n}_proto": n for n in helpers}
     try:
-        symbols = list(_proto_symbols() if listed is None else listed)
+        symbols = list(listed or ())
         protos = [(wanted[s], a) for s, a in symbols if s in wanted]
         # Protos named otherwise come after those named exactly (which win).
         protos += [
@@ -360,21 +350,3 @@ def prog_array_members(map_id: int) -> list[int]:
         return out
     finally:
         os.close(mfd)
-
-
-# prog id -> the object's instructions (libbpf's, after load): registered by the
-# `bpf` fixture for the programs it loads; the kernel does not keep them.
-_written: dict[int, bytes] = {}
-_written_lock = threading.Lock()
-
-
-def remember_written(prog_id: int, insns: bytes) -> None:
-    """Keep the instructions program `prog_id` was loaded from (as libbpf passed them)."""
-    with _written_lock:
-        _written[prog_id] = insns
-
-
-def written_insns(prog_id: int) -> bytes | None:
-    """The instructions remembered for `prog_id`, or None."""
-    with _written_lock:
-        return _written.get(prog_id)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pytest_lbr.bpf.libbpf import btf_member, btf_type, lib
 
-__all__ = ["TracerOffsets", "member_offset", "tracer_offsets"]
+__all__ = ["TracerOffsets", "member_offset", "resolve_type", "tracer_offsets"]
 
 _KIND_STRUCT, _KIND_UNION = 4, 5
 #: typedef, volatile, const, restrict, type_tag: names for another type.
@@ -77,7 +77,7 @@ def member_offset(btf: int, struct: str, path: str) -> int | None:
     return bits // 8 if bits % 8 == 0 else None
 
 
-def _resolve(btf: int, type_id: int) -> tuple[int, btf_type] | None:
+def resolve_type(btf: int, type_id: int) -> tuple[int, btf_type] | None:
     """The type `type_id` names through typedefs and qualifiers: (id, its btf_type)."""
     for _ in range(32):  # a loop in the BTF would be malformed: give up rather than spin
         addr = lib.btf__type_by_id(btf, type_id)
@@ -95,7 +95,7 @@ def _find_member(btf: int, type_id: int, name: bytes) -> tuple[int, int, int] | 
 
     Searches anonymous struct and union members too, depth first, adding their offsets.
     """
-    resolved = _resolve(btf, type_id)
+    resolved = resolve_type(btf, type_id)
     if resolved is None:
         return None
     _, t = resolved

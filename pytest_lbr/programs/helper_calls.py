@@ -37,10 +37,10 @@ from ..kernel.helpers import (
     map_op_implementations,
     prog_array_members,
     verifier_inlines,
-    written_insns,
     xlated_insns,
 )
 from ..model import HelperCall, ProgramCalls
+from .written import written_insns
 
 __all__ = [
     "JIT_INLINED",
@@ -246,8 +246,7 @@ class HelperNames:
     `locate` names a kernel address (the symbolizer's kallsyms); `call_base`
     is the address of `__bpf_call_base`; `data_address` gives a data symbol's
     live address where kallsyms lists none (the debug vmlinux); `listed` the
-    `*_proto` and `*_map_ops` data symbols of the caller's kallsyms read (None:
-    read them here).
+    `*_proto` and `*_map_ops` data symbols of the caller's kallsyms read (None: none).
     """
 
     def __init__(

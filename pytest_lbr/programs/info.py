@@ -157,7 +157,7 @@ class Btf:
         """What function `func_type_id` (a BTF FUNC) returns: (size in bytes, signed)
         for an integer, (0, False) for void; None where the types cannot be read or
         it returns something else (a pointer)."""
-        from pytest_lbr.kernel.kernel_btf import _resolve
+        from pytest_lbr.kernel.kernel_btf import resolve_type
 
         if not self._btf:
             return None
@@ -168,7 +168,7 @@ class Btf:
         ret = btf_type.from_address(proto).size  # FUNC_PROTO's `type`: the return type
         if ret == 0:
             return 0, False
-        found = _resolve(self._btf, ret)
+        found = resolve_type(self._btf, ret)
         if found is None or (found[1].info >> 24) & 0x1F != _BTF_KIND_INT:
             return None
         t = found[1]

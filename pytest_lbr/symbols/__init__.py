@@ -171,11 +171,17 @@ class Symbolizer:
     def _describe(self, fd: int, prog: ProgramLines) -> ProgramCalls:
         """Helper calls of a newly read BPF program (kernel-wide facts read on first use)."""
         if self._helpers is None:
+            protos = self.kallsyms.protos
+            if protos is None:  # a table read from a file: the live one has them
+                try:
+                    protos = live_kallsyms().protos
+                except OSError:
+                    protos = None
             self._helpers = HelperNames(
                 self._function_at,
                 self.kallsyms.address_of("__bpf_call_base"),
                 self._vmlinux_data_address,
-                self.kallsyms.protos,
+                protos or [],
             )
         return self._helpers.describe(
             fd, prog.prog_id, (prog.name, prog.kernel_name), [f.name for f in prog.funcs]

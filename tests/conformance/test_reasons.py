@@ -16,10 +16,11 @@ import pytest
 
 from pytest_lbr.assertions import explain_called
 from pytest_lbr.bytecode.instructions import decode_insns
-from pytest_lbr.kernel.helpers import written_insns, xlated_insns
+from pytest_lbr.kernel.helpers import xlated_insns
 from pytest_lbr.macros import MACRO_HELPERS
 from pytest_lbr.model import Branch, Hit, Trace
 from pytest_lbr.programs.info import program_details
+from pytest_lbr.programs.written import written_insns
 from pytest_lbr.symbols import get_symbolizer
 
 OBJECTS = ("exec_tp", "unlink_fentry", "ksyscall", "iter_task")

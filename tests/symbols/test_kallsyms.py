@@ -155,8 +155,6 @@ def test_the_helpers_protos_come_from_the_same_read_as_the_code_symbols() -> Non
     """The live table keeps the `*_proto` data symbols the helper names need (one read
     a session, not two): exactly what reading /proc/kallsyms line by line for them
     gives, and what the helper names are read from."""
-    from pytest_lbr.kernel.helpers import _proto_symbols
-
     ks = KernelSymbols()
     if not ks.readable:
         pytest.skip("/proc/kallsyms hides addresses here (needs root / kptr_restrict=0)")
@@ -169,7 +167,6 @@ def test_the_helpers_protos_come_from_the_same_read_as_the_code_symbols() -> Non
     # (This host's kernel lists few data symbols; the guests' list every proto:
     # tests/kernel/test_helper_facts.py names helpers through this table there.)
     assert ks.protos == alone
-    assert _proto_symbols() == alone
 
 
 def test_a_file_read_line_by_line_has_no_protos(tmp_path) -> None:

@@ -23,7 +23,7 @@ from pytest_lbr.bpf.libbpf import (
     prog_info,
 )
 from pytest_lbr.capture.base import CaptureError
-from pytest_lbr.capture.hooks.loader import _BPF_PROG_TYPE_TRACING, TracerLoading, _kernel_refusal
+from pytest_lbr.capture.hooks.loader import BPF_PROG_TYPE_TRACING, TracerLoading, kernel_refusal
 from pytest_lbr.capture.hooks.state import DEFAULT_GLOB_FALLBACK, Attached
 from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
 from pytest_lbr.targets import Target
@@ -133,14 +133,14 @@ class TargetAttaching(TracerLoading):
                 f"dropped it): the lbr backend cannot attach {hook} to it; rebuild with -g "
                 "or use --lbr-backend=graph"
             )
-        if info.type != _BPF_PROG_TYPE_TRACING:
+        if info.type != BPF_PROG_TYPE_TRACING:
             self._attach_trace(index, f"{target.spec} ({func})", fd, func)
             return
         with libbpf_messages() as log:
             try:
                 self._attach_trace(index, f"{target.spec} ({func})", fd, func)
             except BpfError as exc:
-                why = _kernel_refusal(log)
+                why = kernel_refusal(log)
                 if not why:
                     # What libbpf would have printed: on the error, for its reader.
                     exc.log = "".join(log)

@@ -28,7 +28,7 @@ from pytest_lbr.kernel.kernel_btf import tracer_offsets
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.percpu import preempt_count_symbols
 
-__all__ = ["TracerLoading"]
+__all__ = ["BPF_PROG_TYPE_TRACING", "TracerLoading", "kernel_refusal"]
 
 _SHARED_MAPS = (
     ("ringbuf", b"lbr_events"),
@@ -38,7 +38,7 @@ _SHARED_MAPS = (
     ("tgids", b"lbr_tgids"),
     ("cgroup", b"lbr_cgroup"),
 )
-_BPF_PROG_TYPE_TRACING = 26
+BPF_PROG_TYPE_TRACING = 26
 
 
 class TracerLoading(HookState):
@@ -220,7 +220,7 @@ def _kernel_config() -> dict[str, int]:
     return cfg
 
 
-def _kernel_refusal(log: list[str]) -> str:
+def kernel_refusal(log: list[str]) -> str:
     """The verifier's reason in libbpf's log of a failed load ("" when absent)."""
     for line in "".join(log).splitlines():
         if "Cannot recursively attach" in line:
