@@ -28,7 +28,6 @@ from pytest_lbr.capture import (
     Scope,
     resolve_backend,
 )
-from pytest_lbr.capture.lbr.trim import trim_tracer, trim_tracer_hits
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, Location, ProgramCalls, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
 from pytest_lbr.targets import Target, parse_targets
@@ -38,8 +37,6 @@ __all__ = [
     "TracingUnavailable",
     "add_source_lines",
     "finish",
-    "trim_tracer",
-    "trim_tracer_hits",
 ]
 
 #: The branches whose source is a call site: calls, and a program's calls the graph

@@ -20,8 +20,8 @@ import pytest
 from pytest_lbr.capture.hooks.records import ConfigRecord, decode_record, hit_record_type
 from pytest_lbr.capture.hooks.tracer_object import tracer_layout, tracer_object
 from pytest_lbr.capture.lbr.backend import branch_kind, decode_branches, decode_flags
+from pytest_lbr.capture.trim import trim_tracer
 from pytest_lbr.model import Location
-from pytest_lbr.tracer import trim_tracer
 
 CALL, RET, COND, UNCOND, IND_CALL = 4, 6, 1, 2, 5
 

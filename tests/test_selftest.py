@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr.capture.lbr.backend import decode_branches
+from pytest_lbr.capture.trim import trim_tracer
 from pytest_lbr.cli import main
 from pytest_lbr.model import Branch, Hit, Location, Trace
 from pytest_lbr.report.record import TestRecord
@@ -45,7 +46,6 @@ from pytest_lbr.selftest.verdicts import (
 )
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.kallsyms import KernelSymbols
-from pytest_lbr.tracer import trim_tracer
 from tests.bpf.objects import SELFTEST_SOURCE, require_root, selftest_call_lines
 
 COND, UNCOND, CALL, IND_CALL, RET = 1, 2, 4, 5, 6  # PERF_BR_*

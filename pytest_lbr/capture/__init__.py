@@ -17,9 +17,11 @@ is closed.
 Besides the registry (here) and the protocols (`base.py`), what the backends share:
 `hooks/` (the LBR tracer's BPF hooks, which both attach), `call_sites.py` (where a
 function calls another, read from live code), `implied.py` (calls of a BPF program the
-function tracer cannot record, proven by its code) and `helper_table.py` (each BPF
-helper and how each backend sees its calls: `pytest-lbr doctor --helpers`). Tested by
-tests/test_capture_protocol.py, test_scope_args.py, test_helper_table.py,
+function tracer cannot record, proven by its code), `trim.py` (the tracer's own
+records trimmed off a hit's branches: the LBR backend's and the selftest's) and
+`helper_table.py` (each BPF helper and how each backend sees its calls: `pytest-lbr
+doctor --helpers`). Tested by tests/test_capture_protocol.py, test_scope_args.py,
+test_helper_table.py, test_lbr_decode.py (trim),
 test_graph_narrow.py (call sites), tests/bytecode/test_flow.py (implied calls) and,
 in the guests, by tests/kernel/.
 """

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_lbr.capture.trim import trim_tracer
 from pytest_lbr.model import CALL_KINDS, Branch, Location, Trace
 from pytest_lbr.noise import TRACER_SYMBOLS
-from pytest_lbr.tracer import trim_tracer
 
 __all__ = [
     "FILTER_KINDS",

@@ -43,8 +43,7 @@ import errno
 import importlib
 import os
 import time
-import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -74,11 +73,13 @@ from pytest_lbr.capture.graph.live_state import (
     settle,
 )
 from pytest_lbr.capture.graph.own import CAPTURE_MODULES, OWN_WORK_NOTE
+from pytest_lbr.capture.graph.recorder import BUFFER_KB, GraphRecorder
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
 from pytest_lbr.kernel.machine import machine
+from pytest_lbr.kernel.tasks import live_tgid
 from pytest_lbr.kernel.tracefs import (
     TRACEFS_NOT_MOUNTED,
     Instance,
@@ -87,7 +88,6 @@ from pytest_lbr.kernel.tracefs import (
     find_tracefs,
 )
 from pytest_lbr.model import Hit, Trace
-from pytest_lbr.noise import CLOCK_READS, TRACE_CLOCK
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:
@@ -97,12 +97,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder", "probe_graph"]
 
-CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 #: Narrowed recorders a session keeps (`GraphBackend`): one per traced program set.
 NARROWED_KEPT = 4
-
-#: Per-CPU ring buffer size: room for a BPF test run's records (thousands, of ~40 bytes).
-BUFFER_KB = 16384
 
 
 def probe_graph() -> Capability:
@@ -148,116 +144,9 @@ def _probe_function(root: Path) -> str:
     return first[0]
 
 
-def _clock_reads() -> list[str]:
-    """The current clocksource's read function, if `CLOCK_READS` knows it."""
-    try:
-        name = CLOCKSOURCE.read_text().strip()
-    except OSError:
-        return []
-    return [CLOCK_READS[name]] if name in CLOCK_READS else []
-
-
 def _clock_ns() -> int:
     # trace_clock "mono" is ktime_get_mono_fast_ns: CLOCK_MONOTONIC.
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-class GraphRecorder:
-    """The function tracer of one session: a private instance, set up once.
-
-    Turning the function tracer on patches every traceable call site in the
-    kernel (~45,000 on the Debian kernels), and off again the same: most of what
-    a traced test used to cost. So the instance is
-    created and the tracer turned on at the first trace, and both stay until
-    `close()`; between traces the instance records on no CPU (`Instance.arm`)
-    and its buffer is empty (each trace consumes what it read). A trace only sets
-    the pid list, adds its events and probes, and switches recording on and off.
-
-    Only this process's threads are ever recorded. `close()` (idempotent) undoes
-    everything; a killed process's instance is removed by the next session
-    (`cleanup_stale_instances`).
-    """
-
-    def __init__(self, functions: Sequence[str] = ()) -> None:
-        #: The only functions recorded (set_ftrace_filter); empty: every function.
-        self.functions = tuple(functions)
-        self._instance: Instance | None = None
-        self._pids: frozenset[int] = frozenset()
-        self._children = False
-        self._finalizer: weakref.finalize | None = None
-        self._skipped: set[str] = set()
-
-    @property
-    def ready(self) -> bool:
-        """Whether the instance is made (`instance()` makes no directory then)."""
-        return self._instance is not None
-
-    def instance(self, tids: Iterable[int], children: bool = False) -> Instance:
-        """The session's instance, recording `tids` once armed (created on first use).
-
-        With `children`, the kernel adds each process or thread they start to
-        the pid list (function-fork), and its children, and so on.
-        """
-        wanted = frozenset(tids)
-        inst = self._instance
-        if inst is None:
-            root = find_tracefs()
-            if root is None:
-                raise CaptureError(f"graph backend: {TRACEFS_NOT_MOUNTED}")
-            cleanup_stale_instances(root)
-            inst = Instance(root, BUFFER_KB)
-            try:
-                inst.write("trace_clock", "mono")
-                # record-tgid: each line names its process, for hits of other processes.
-                for opt in ("sym-offset", "sym-addr", "record-tgid"):
-                    inst.write(f"options/{opt}", "1")
-                # Our threads only, unless a trace asks for children (below).
-                inst.write("options/function-fork", "0")
-                # No set_event_pid: the few events we enable are cut by tid when
-                # read, and a pid list hooks several scheduler tracepoints: more
-                # live code patching (see tracefs._remove_instance).
-                inst.set_pids(wanted)
-                self._skipped.update(inst.skip_functions(_clock_reads()))
-                if self.functions:
-                    # Before the tracer starts: only these call sites are patched.
-                    inst.set_function_filter(self.functions, filter_functions_text(root))
-                inst.write("current_tracer", "function")
-            except TracefsError as exc:
-                inst.close()
-                raise CaptureError(f"graph backend: {exc}") from None
-            self._instance, self._pids = inst, wanted
-            # Also at interpreter exit, and if the owner forgets to close.
-            self._finalizer = weakref.finalize(self, inst.close)
-        # After a trace with children the kernel's pid list may hold theirs.
-        elif wanted != self._pids or children or self._children:
-            try:
-                inst.set_pids(wanted)
-            except TracefsError as exc:
-                raise CaptureError(f"graph backend: {exc}") from None
-            self._pids = wanted
-        if children != self._children:
-            try:
-                inst.write("options/function-fork", "1" if children else "0")
-            except TracefsError as exc:
-                raise CaptureError(f"graph backend: {exc}") from None
-            self._children = children
-        return inst
-
-    def skip_clock_reads(self, records: Iterable[FunctionRecord | EventRecord]) -> None:
-        """Stop recording the trace clock's reads seen in `records` (a clocksource
-        `CLOCK_READS` does not know): one call site re-patched, once per session."""
-        seen = {
-            r.func for r in records if isinstance(r, FunctionRecord) and r.parent == TRACE_CLOCK
-        } - self._skipped
-        if seen and self._instance is not None:
-            self._skipped.update(seen)
-            self._instance.skip_functions(sorted(seen))
-
-    def close(self) -> None:
-        """Turn the tracer off and remove the instance (idempotent)."""
-        self._instance = None
-        if self._finalizer is not None:
-            self._finalizer()
 
 
 #: What the graph backend can do: every scope, streaming (`GraphCapture.poll()`),
@@ -611,6 +500,7 @@ class GraphCapture:
             interrupts=self.scope.interrupts,
             starts=self._starts,
             site_of=call_sites,
+            tgid_of=live_tgid,
         )
 
     def _keeps(self, end: int | None) -> Callable[[FunctionRecord | EventRecord], bool]:

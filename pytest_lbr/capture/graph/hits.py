@@ -123,6 +123,9 @@ class HitBuilder:
     starts: dict[int, list[tuple[str | None, int]]] = field(default_factory=dict)
     #: Where a caller calls a function the tracer did not record (`SiteFinder`).
     site_of: SiteFinder | None = None
+    #: A live thread's process id, for a thread whose records do not say it (the
+    #: backend's: it reads /proc; this module does no I/O).
+    tgid_of: Callable[[int], int] | None = None
 
     def build(
         self,
@@ -143,6 +146,7 @@ class HitBuilder:
             open_ended=open_ended,
             starts=self.starts,
             site_of=self.site_of,
+            tgid_of=self.tgid_of,
         )
 
 
@@ -159,6 +163,7 @@ def build_hits(
     open_ended: list[bool] | None = None,
     starts: dict[int, list[tuple[str | None, int]]] | None = None,
     site_of: SiteFinder | None = None,
+    tgid_of: Callable[[int], int] | None = None,
 ) -> list[Hit]:
     """Cut the kept records into hits, per thread, in time order.
 
@@ -171,7 +176,8 @@ def build_hits(
     `open_ended`, if given, gets True added when nesting a thread's records
     looked for records after its last one (`Mentions.looked_past_end`): more
     records could nest them differently. `starts` and `site_of` give a function
-    the tracer did not record its caller (`_program_runs`, `reconstruct`).
+    the tracer did not record its caller (`_program_runs`, `reconstruct`);
+    `tgid_of` the process of a thread whose records do not name it (0: unknown).
 
     Records made in interrupt context are dropped, or with `interrupts` kept
     as a context of their own beside the interrupted thread's (a NAPI poll
@@ -256,7 +262,7 @@ def build_hits(
                 found.extend(runs)
             else:
                 found.extend(_frame_hits(target, matchers[i], events.get(i), tid, steps))
-        pid, comm = _task_of(tid, recs, [r for rs in mine.values() for r in rs])
+        pid, comm = _task_of(tid, recs, [r for rs in mine.values() for r in rs], tgid_of)
         for hit in found:
             hit.pid, hit.comm, hit.in_interrupt = pid, comm, irq
         hits.extend(found)
@@ -284,18 +290,17 @@ def ran_in_interrupt(
 
 
 def _task_of(
-    tid: int, records: list[FunctionRecord | EventRecord], exits: list[RawHit]
+    tid: int,
+    records: list[FunctionRecord | EventRecord],
+    exits: list[RawHit],
+    tgid_of: Callable[[int], int] | None,
 ) -> tuple[int, str]:
     """The process id and command name of thread `tid`, from its records (ftrace's
-    record-tgid), its fexit records, or /proc while it still runs."""
+    record-tgid), its fexit records, or `tgid_of` (the live thread's)."""
     pid = next((r.tgid for r in records if r.tgid), 0) or next((r.pid for r in exits), 0)
     comm = next((r.comm for r in records if r.comm), "")
-    if not pid:
-        try:
-            with open(f"/proc/{tid}/status") as f:
-                pid = next((int(line.split()[1]) for line in f if line.startswith("Tgid:")), 0)
-        except (OSError, ValueError):
-            pid = 0
+    if not pid and tgid_of is not None:
+        pid = tgid_of(tid)
     return pid, comm
 
 

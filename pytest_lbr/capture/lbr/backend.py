@@ -32,7 +32,7 @@ from pytest_lbr.capture.base import (
 )
 from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import program_returns, typed_returns
-from pytest_lbr.capture.lbr.trim import trim_tracer_hits
+from pytest_lbr.capture.trim import trim_tracer_hits
 from pytest_lbr.kernel.machine import BTF_PATH, Machine
 from pytest_lbr.kernel.machine import machine as running_machine
 from pytest_lbr.model import Branch, Hit, Location, Trace

@@ -1,8 +1,9 @@
-"""Trimming the LBR tracer's own records off a hit's branches (pure).
+"""Trimming the tracer's own records off a hit's branches (pure).
 
-The branch snapshot is taken inside the tracer's hook, so its newest records are
-the tracer's own way in: the trampoline, the hook, the helper. Once the tracer
-has named the addresses, `LbrCapture.trim` drops them with these functions.
+A branch snapshot is taken inside the tracer's hook, so its newest records are
+the tracer's own way in: the trampoline, the hook, the helper (`noise.TRACER_SYMBOLS`).
+Once the addresses are named, the LBR backend's `trim` drops them with these
+functions, and the selftest counts what they drop; no backend is named here.
 """
 
 from __future__ import annotations

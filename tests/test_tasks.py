@@ -1,0 +1,25 @@
+"""A live thread's process id from /proc (kernel/tasks.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+
+from pytest_lbr.kernel.tasks import live_tgid
+
+
+def test_a_thread_belongs_to_its_process_and_a_gone_one_to_none() -> None:
+    tids: list[int] = []
+    worker = threading.Thread(target=lambda: tids.append(threading.get_native_id()))
+    worker.start()
+    worker.join()
+    assert live_tgid(threading.get_native_id()) == os.getpid()
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        assert live_tgid(child.pid) == child.pid
+    finally:
+        child.kill()
+        child.wait()
+    assert live_tgid(child.pid) == 0  # reaped: gone
+    assert live_tgid(tids[0]) in (0, os.getpid())  # ended: gone (its id not yet reused)
