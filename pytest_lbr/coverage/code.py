@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pytest_lbr.bytecode.flow import ControlFlow, control_flow
+from pytest_lbr.bytecode.instructions import LD_IMM64, Insn, is_tail_call, successors
 
 __all__ = ["Function", "LineRecord", "ProgramCode", "SourceLine"]
 
@@ -138,12 +139,41 @@ class ProgramCode:
 
     @functools.cached_property
     def _insn_lines(self) -> list[SourceLine | None]:
-        out: list[SourceLine | None] = [None] * len(self.flow.insns)
+        """Each translated instruction's source line, None where it is not known.
+
+        A line record covers the instructions up to the next one, but the compiler
+        gives no record to code of no one line (line 0: BTF keeps no such records),
+        so such code reads as the line before it. Code a jump enters (a join of
+        several paths: clang merges the same tail of several arms, as
+        many_arms.bpf.c's four `bpf_map_update_elem` calls into two) or that no
+        instruction falls into (after a `goto`, an `exit`: clang put one arm's
+        `r6 = 1` after another arm's `goto`) is not the line before it: read so, a
+        run of one arm proved a line of another (tests/kernel/test_coverage_truth.py).
+        Its line is not known until a record begins there."""
+        insns = self.flow.insns
+        joins = {
+            t
+            for j, ins in enumerate(insns)
+            for t in successors(ins, j)
+            if t != j + (2 if ins.code == LD_IMM64 else 1)
+        }
+        out: list[SourceLine | None] = [None] * len(insns)
         for k in range(len(self.records)):
             line = self.line_of(k)
+            prev = -1
             for i in self.record_insns(k):
+                if prev >= 0 and insns[prev].code == LD_IMM64 and i == prev + 1:
+                    out[i] = line  # the second half of a 64-bit load
+                    continue
+                if prev >= 0 and (i in joins or not _falls_into(insns[prev], prev, i)):
+                    line = None
                 out[i] = line
+                prev = i
         return out
+
+    def insn_line(self, i: int) -> SourceLine | None:
+        """The source line of translated instruction `i` (None: not known)."""
+        return self._insn_lines[i] if 0 <= i < len(self._insn_lines) else None
 
     def block_lines(self, block: int) -> set[SourceLine]:
         """The source lines of a block's instructions."""
@@ -176,3 +206,9 @@ class ProgramCode:
             tuple(LineRecord(int(i), int(j), str(f), int(ln)) for i, j, f, ln in records),  # type: ignore[call-overload]
             tuple((a, t) for a, t in jumps),
         )
+
+
+def _falls_into(ins: Insn, at: int, i: int) -> bool:
+    """Whether instruction `i` is reached from `ins` (at `at`) by falling through:
+    not after an unconditional jump, an exit or a tail call."""
+    return i in successors(ins, at) and not is_tail_call(ins)

@@ -78,9 +78,7 @@ def graph_run(code: ProgramCode, call_returns: Iterable[int], entered: bool) -> 
         k = code.record_at(ret - 1)  # the call instruction's last byte
         if k is not None:
             records.append(k)
-            line = code.line_of(k)
-            if line is not None:
-                ev.proven.add(line)
+    # The call's block ran: its lines (`ProgramCode.block_lines`), the call's among them.
     _prove(code, ev, _proven_blocks(code, records, calls_only=True))
     if entered and code.flow.entries:
         _prove(code, ev, code.flow.proven_by(code.flow.entries[0]))
@@ -114,9 +112,14 @@ def lbr_run(
             if f is not None and f == code.function_at(end) and start <= end:
                 spans.append((start, end))
                 executed.update(code.records_between(start, end))
+    ran = {a for b in branches for a in (b.src.addr, b.dst.addr)}
     for k in executed:
+        # A record's line is where it begins: code of no one line after it reads as
+        # its line (`ProgramCode.insn_line`), so only a run through its first
+        # instruction shows the line ran.
+        first = code.records[k].jit
         line = code.line_of(k)
-        if line is not None:
+        if line is not None and (first in ran or any(s <= first <= e for s, e in spans)):
             ev.executed.add(line)
     _directions(code, ev, taken, spans)
     ev.directions_known = ev.entered and every_branch
