@@ -14,6 +14,7 @@ call ran in that run).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -160,10 +161,18 @@ def _dominators(
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=16)
+def _main_flow(xlated: bytes) -> ControlFlow:
+    """The main function's flow, kept for the last few programs: a newly traced
+    program's calls are both dominated (`call_dominators`) and paired with its JIT
+    image (`jit_call_index`)."""
+    return control_flow(xlated)
+
+
 def main_calls(xlated: bytes) -> list[int]:
     """Indexes of the call instructions reachable from the entry without a call
     (the main function's own calls), in instruction order."""
-    flow = control_flow(xlated)
+    flow = _main_flow(xlated)
     return [i for i, b in enumerate(flow.block_of) if b >= 0 and is_call(flow.insns[i])]
 
 
@@ -171,8 +180,8 @@ def call_dominators(xlated: bytes) -> dict[int, frozenset[int]]:
     """Call instruction index -> the call instructions that ran before it on every
     path from the program's entry (its main function; subprograms are entered by
     calls and are not followed)."""
-    flow = control_flow(xlated)
-    calls = [i for i, b in enumerate(flow.block_of) if b >= 0 and is_call(flow.insns[i])]
+    flow = _main_flow(xlated)
+    calls = main_calls(xlated)
     return {c: frozenset(d for d in calls if d != c and flow.ran_before(c, d)) for c in calls}
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pytest_lbr.bytecode.flow import ControlFlow, control_flow
 from pytest_lbr.bytecode.instructions import LD_IMM64, Insn, is_tail_call, successors
 
-__all__ = ["Function", "LineRecord", "ProgramCode", "SourceLine"]
+__all__ = ["Function", "LineRecord", "ProgramCode", "SourceLine", "first_line_record"]
 
 #: A line of C source: (file, line number).
 SourceLine = tuple[str, int]
@@ -127,7 +127,7 @@ class ProgramCode:
         declaration is the first line with code where unknown (None: it has no line
         records)."""
         fn = self.functions[f]
-        first = next((r for r in self.records if r.insn >= fn.insn and r.line), None)
+        first = first_line_record(self.records, fn.insn)
         if first is None:
             return None
         return (first.file, fn.line or first.line, first.line)
@@ -171,10 +171,6 @@ class ProgramCode:
                 prev = i
         return out
 
-    def insn_line(self, i: int) -> SourceLine | None:
-        """The source line of translated instruction `i` (None: not known)."""
-        return self._insn_lines[i] if 0 <= i < len(self._insn_lines) else None
-
     def block_lines(self, block: int) -> set[SourceLine]:
         """The source lines of a block's instructions."""
         blk = self.flow.blocks[block]
@@ -206,6 +202,12 @@ class ProgramCode:
             tuple(LineRecord(int(i), int(j), str(f), int(ln)) for i, j, f, ln in records),  # type: ignore[call-overload]
             tuple((a, t) for a, t in jumps),
         )
+
+
+def first_line_record(records: Sequence[LineRecord], insn: int) -> LineRecord | None:
+    """The first of `records` (sorted) at or after instruction `insn` that names a
+    line: where a function starting there begins in the source."""
+    return next((r for r in records if r.insn >= insn and r.line), None)
 
 
 def _falls_into(ins: Insn, at: int, i: int) -> bool:

@@ -115,7 +115,7 @@ def lbr_run(
     ran = {a for b in branches for a in (b.src.addr, b.dst.addr)}
     for k in executed:
         # A record's line is where it begins: code of no one line after it reads as
-        # its line (`ProgramCode.insn_line`), so only a run through its first
+        # its line (`ProgramCode._insn_lines`), so only a run through its first
         # instruction shows the line ran.
         first = code.records[k].jit
         line = code.line_of(k)

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import re
 
-from pytest_lbr.coverage.code import Function, LineRecord, ProgramCode
+from pytest_lbr.coverage.code import Function, LineRecord, ProgramCode, first_line_record
 
 __all__ = ["read_code"]
 
@@ -64,7 +64,7 @@ _DECLARATION_REACH = 40
 def _declared(fn: Function, records: list[LineRecord]) -> Function:
     """`fn` with the line that declares it: the nearest line at or above its first
     line record naming it followed by "(" (BTF line info holds statements only)."""
-    first = next((r for r in records if r.insn >= fn.insn and r.line), None)
+    first = first_line_record(records, fn.insn)
     if first is None:
         return fn
     lines = _source_lines(first.file)
