@@ -35,6 +35,8 @@ __all__ = [
     "control_flow",
     "jit_call_index",
     "main_calls",
+    "main_flows_worked_out",
+    "without_constants",
 ]
 
 
@@ -161,12 +163,44 @@ def _dominators(
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=16)
 def _main_flow(xlated: bytes) -> ControlFlow:
     """The main function's flow, kept for the last few programs: a newly traced
     program's calls are both dominated (`call_dominators`) and paired with its JIT
-    image (`jit_call_index`)."""
-    return control_flow(xlated)
+    image (`jit_call_index`); and kept by its code without its 64-bit constants,
+    so the same program loaded again (a fixture per test) finds it worked out."""
+    return _flow_of_code(without_constants(xlated))
+
+
+@functools.lru_cache(maxsize=16)
+def _flow_of_code(code: bytes) -> ControlFlow:
+    return control_flow(code)
+
+
+def main_flows_worked_out() -> int:
+    """How many main-function flows this process has worked out (for tests: a
+    program loaded again is not worked out again)."""
+    return _flow_of_code.cache_info().misses
+
+
+def without_constants(xlated: bytes) -> bytes:
+    """`xlated` with the values of its 64-bit loads zeroed: a map's id or address,
+    new at every load, and nothing a block, a jump or a call depends on (the
+    kernel's program tag leaves them out likewise, `bpf_prog_calc_tag`)."""
+    pos = xlated.find(LD_IMM64_BYTE)
+    if pos < 0:
+        return xlated
+    code = bytearray(xlated)
+    while pos >= 0:
+        if pos % 8 == 0 and pos + 16 <= len(code):  # an opcode, not an operand's byte
+            code[pos + 4 : pos + 8] = code[pos + 12 : pos + 16] = bytes(4)
+            pos = xlated.find(LD_IMM64_BYTE, pos + 16)
+        else:
+            pos = xlated.find(LD_IMM64_BYTE, pos + 1)
+    return bytes(code)
+
+
+#: The opcode byte of a 64-bit load (its second half's opcode byte is 0).
+LD_IMM64_BYTE = bytes([LD_IMM64])
 
 
 def main_calls(xlated: bytes) -> list[int]:
@@ -191,7 +225,7 @@ def jit_call_index(xlated: bytes, call_base: int, jit_targets: Sequence[int]) ->
     pair one for one. The JIT emits one call instruction per BPF call but a tail
     call (a jump); a helper call's target is `call_base + imm` in both, which is
     checked. Kfunc and subprogram calls pair by position."""
-    insns = decode_insns(xlated)
+    insns = _main_flow(xlated).insns  # calls as translated: no constant zeroed
     calls = [
         k for k in main_calls(xlated) if not (insns[k].src == 0 and insns[k].imm == FUNC_TAIL_CALL)
     ]

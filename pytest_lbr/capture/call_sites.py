@@ -134,7 +134,7 @@ class CallSites:
         key = (start, hashlib.blake2b(code, digest_size=16).digest())
         found = self._jit_calls.get(key)
         if found is None:
-            found = self._jit_calls[key] = calls_of(code, start, size)
+            found = self._jit_calls[key] = calls_of(code, start, size, jit=True)
             if len(self._jit_calls) > _MAX_LEARNED:  # a long session: forget the oldest
                 del self._jit_calls[next(iter(self._jit_calls))]
         return found
@@ -231,14 +231,15 @@ def _code(start: int, size: int) -> bytes:
     return code
 
 
-def calls_of(code: bytes, start: int, size: int) -> list[tuple[int, int]]:
-    """`calls_in` of `code`, a function of `size` bytes loaded at `start`."""
+def calls_of(code: bytes, start: int, size: int, *, jit: bool = False) -> list[tuple[int, int]]:
+    """`calls_in` of `code`, a function of `size` bytes loaded at `start` (`jit`:
+    JIT code, see `disassemble`)."""
     from pytest_lbr.symbols.disasm import call_targets, disassemble, jumps_out
 
     arch = machine().name
     # x86-64 needs only the calls and jumps themselves; arm64 also the mov/movk
     # that build a `blr` target (`call_targets`).
-    insns = disassemble(code, start, arch, _CALLS_AND_JUMPS.get(arch))
+    insns = disassemble(code, start, arch, _CALLS_AND_JUMPS.get(arch), jit=jit)
     size_at = {i.addr: i.size for i in insns}
     out = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
     # A tail call: the jumped-to function returns to this one's caller, but this one

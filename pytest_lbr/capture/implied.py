@@ -85,7 +85,7 @@ def program_flow(
     if not functions or not xlated or call_base is None:
         return None
     arch = machine().name
-    insns = disassemble(image[: functions[0][1]], start, arch)
+    insns = disassemble(image[: functions[0][1]], start, arch, jit=True)
     size_at = {i.addr: i.size for i in insns}
     calls = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
     index = jit_call_index(xlated, call_base, [t for _, t in calls])

@@ -96,7 +96,7 @@ def _conditional_jumps(
     for fn in functions:
         code = image[off : off + fn.jit_end - fn.jit_start]
         off += fn.jit_end - fn.jit_start
-        for ins in disassemble(code, fn.jit_start, arch):
+        for ins in disassemble(code, fn.jit_start, arch, jit=True):
             target = _jump_target(ins.mnemonic, ins.operands, arch)
             if target is not None:
                 out.append((ins.addr, target))

@@ -167,6 +167,9 @@ class Instance:
         #: Overruns and drops counted before the last `arm()` (see `lost`).
         self._lost_before = 0
         self._stats = sorted((self.path / "per_cpu").glob("cpu*/stats"))
+        #: Their fds, open from the first count on: each arm and each stop counts,
+        #: and under emulation an open costs more than the read (closed by `close()`).
+        self._stat_fds: list[int] = []
 
     def write(self, name: str, value: str) -> None:
         """Write `value` to the instance's file `name`."""
@@ -316,8 +319,16 @@ class Instance:
     def _counts(self) -> tuple[int, int]:
         """(records unread, records overwritten or dropped), summed over CPUs."""
         entries = lost = 0
-        for stats in self._stats:
-            for line in stats.read_text().splitlines():
+        if len(self._stat_fds) != len(self._stats):
+            self._close_stats()
+            try:
+                self._stat_fds = [os.open(stats, os.O_RDONLY) for stats in self._stats]
+            except OSError:
+                self._close_stats()
+                raise
+        for fd in self._stat_fds:
+            # Each read at offset 0 makes the text anew (`tracing_stats_read`).
+            for line in os.pread(fd, 4096, 0).decode().splitlines():
                 key, _, value = line.partition(":")
                 key = key.strip()
                 if key == "entries":
@@ -374,8 +385,14 @@ class Instance:
         summed over CPUs."""
         return self._counts()[1] - self._lost_before
 
+    def _close_stats(self) -> None:
+        fds, self._stat_fds = self._stat_fds, []
+        for fd in fds:
+            os.close(fd)
+
     def close(self) -> None:
         """Disarm, disable and delete everything this instance added; idempotent."""
+        self._close_stats()
         mask, self._mask = self._mask, None
         if mask is not None:
             os.close(mask)

@@ -20,6 +20,7 @@ import capstone
 from ..bpf.libbpf import lib
 from ..model import Location
 from ..programs.lines import jited_image
+from . import code_shapes
 
 if TYPE_CHECKING:
     from . import Symbolizer
@@ -71,16 +72,26 @@ class Instruction(NamedTuple):
 
 
 def disassemble(
-    code: bytes, addr: int, arch: str = "x86_64", only: frozenset[str] | None = None
+    code: bytes,
+    addr: int,
+    arch: str = "x86_64",
+    only: frozenset[str] | None = None,
+    *,
+    jit: bool = False,
 ) -> list[Instruction]:
     """Decode `code` loaded at `addr`; stops at the first undecodable byte. With
-    `only`, just the instructions of those mnemonics are kept."""
+    `only`, just the instructions of those mnemonics are kept. `jit`: a BPF JIT
+    image, which the same program loaded again repeats elsewhere (`code_shapes`)."""
     md = _decoder(arch)
     # disasm_lite: plain tuples, no per-instruction detail objects (the full
     # objects cost about twice as much, and call-site searches decode whole functions).
+    # x86-64 code decoded before at another address (a program loaded again) is
+    # taken from that decoding (`code_shapes`).
+    shaped = jit and md.arch == capstone.CS_ARCH_X86
+    decoded = code_shapes.decode(code, addr, md, only) if shaped else None
     return [
         Instruction(at, size, mnemonic, operands, code[at - addr : at - addr + size])
-        for at, size, mnemonic, operands in md.disasm_lite(code, addr)
+        for at, size, mnemonic, operands in (decoded or md.disasm_lite(code, addr))
         if only is None or mnemonic in only
     ]
 
@@ -216,6 +227,7 @@ class KcoreReader:
     def __init__(self, path: str = "/proc/kcore") -> None:
         self.path = path
         self._segs: list[tuple[int, int, int]] = []
+        self._fd: int | None = None
         with open(path, "rb") as f:
             hdr = f.read(64)
             if hdr[:4] != b"\x7fELF" or hdr[4] != 2:
@@ -233,7 +245,17 @@ class KcoreReader:
 
     def read(self, addr: int, size: int) -> bytes:
         """`size` bytes of live kernel memory at `addr`."""
-        return _read_segments(self.path, self._segs, addr, size)
+        if self._fd is None:
+            # Kept open: a trace reads a few functions, and under emulation an open
+            # of /proc/kcore costs more than the read (the process's one reader).
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        return _read_segments(self._fd, self._segs, addr, size)
+
+    def close(self) -> None:
+        """Close its file (a reader replaced by a newer one)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_kernel(addr: int, size: int) -> bytes:
@@ -247,6 +269,7 @@ def read_kernel(addr: int, size: int) -> bytes:
     try:
         return _KCORE.read(addr, size)
     except ValueError:
+        _KCORE.close()
         _KCORE = KcoreReader()  # segments added since it was read
         return _KCORE.read(addr, size)
 
@@ -254,16 +277,21 @@ def read_kernel(addr: int, size: int) -> bytes:
 _KCORE: KcoreReader | None = None
 
 
-def _read_segments(path: str, segs: list[tuple[int, int, int]], addr: int, size: int) -> bytes:
+def _read_segments(
+    file: str | int, segs: list[tuple[int, int, int]], addr: int, size: int
+) -> bytes:
+    """`size` bytes at `addr` of a file (a path, or an open fd) of ELF segments `segs`."""
     for vaddr, filesz, off in segs:
         if vaddr <= addr < vaddr + filesz:
             n = min(size, vaddr + filesz - addr)
-            fd = os.open(path, os.O_RDONLY)
+            if isinstance(file, int):
+                return os.pread(file, n, off + addr - vaddr)
+            fd = os.open(file, os.O_RDONLY)
             try:
                 return os.pread(fd, n, off + addr - vaddr)
             finally:
                 os.close(fd)
-    raise ValueError(f"{addr:#x} is not in any loaded segment of {path}")
+    raise ValueError(f"{addr:#x} is not in any loaded segment of {file}")
 
 
 def function_code(symbolizer: Symbolizer, addr: int) -> tuple[int, bytes]:

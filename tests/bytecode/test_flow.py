@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_lbr.bytecode.flow import call_dominators, jit_call_index, main_calls
+from pytest_lbr.bytecode.flow import (
+    call_dominators,
+    jit_call_index,
+    main_calls,
+    main_flows_worked_out,
+)
 from pytest_lbr.bytecode.instructions import decode_insns
 from pytest_lbr.capture.implied import ProgramFlow, add_implied
 from pytest_lbr.model import Branch, Hit, Location, Trace
@@ -176,3 +181,30 @@ def test_a_tail_call_ends_its_block() -> None:
     assert after >= 0 and after != flow.block_of[tail]
     assert flow.blocks[flow.block_of[tail]].end == tail + 1
     assert flow.ran_before(tail + 1, tail)  # the instruction after it runs only after it
+
+
+def test_a_program_loaded_again_has_the_flow_already_worked_out() -> None:
+    """Two loads of one program differ in their maps' ids (the 64-bit loads of a
+    translation): its flow is kept without them, and worked out once."""
+    from pytest_lbr.bpf import BpfObject
+    from pytest_lbr.bytecode.flow import without_constants
+    from pytest_lbr.kernel.helpers import xlated_insns
+    from tests.bpf.objects import bpf_object, require_root
+
+    require_root()
+    with BpfObject(bpf_object("xdp_helpers")) as a, BpfObject(bpf_object("xdp_helpers")) as b:
+        first = xlated_insns(a.programs["xdp_helpers"].fd)
+        again = xlated_insns(b.programs["xdp_helpers"].fd)
+    assert first != again  # other map ids
+    assert without_constants(first) == without_constants(again)
+    assert len(without_constants(first)) == len(first)
+    main_calls(first)
+    worked_out = main_flows_worked_out()
+    assert main_calls(again) == main_calls(first)
+    assert call_dominators(again) == call_dominators(first)
+    assert main_flows_worked_out() == worked_out
+    # Nothing but the loads' values differs: every other byte is kept.
+    changed = [i for i in range(len(first)) if without_constants(first)[i] != first[i]]
+    assert changed and all(
+        first[i - i % 8] == 0x18 or first[i - i % 8 - 8] == 0x18 for i in changed
+    )

@@ -40,7 +40,7 @@ from pytest_lbr.kernel.tracefs import TRACEFS_NOT_MOUNTED, find_tracefs
 from pytest_lbr.programs.find import resolve_program
 from pytest_lbr.programs.info import program_details
 from pytest_lbr.programs.lines import jited_image
-from pytest_lbr.symbols.disasm import KcoreReader, call_targets, disassemble, jumps_out
+from pytest_lbr.symbols.disasm import call_targets, disassemble, jumps_out, read_kernel
 from pytest_lbr.symbols.kallsyms import KernelSymbols, live_kallsyms
 from pytest_lbr.targets import Target
 
@@ -92,7 +92,7 @@ def image_roots(code: bytes, functions: Sequence[tuple[int, int]], arch: str) ->
     roots: set[int] = set()
     pos = 0
     for start, size in functions:
-        insns = disassemble(code[pos : pos + size], start, arch)
+        insns = disassemble(code[pos : pos + size], start, arch, jit=True)
         roots.update(target for _, target in call_targets(insns, arch))
         pos += size
     return roots
@@ -185,9 +185,8 @@ def narrowing(targets: Sequence[Target]) -> Narrowing:
     found = _CLOSURES.get(key)
     if found is None:
         traceable = {line.split(" ", 1)[0] for line in available.splitlines()}
-        kcore = KcoreReader()
         found = callee_closure(
-            roots, symbols, kcore.read, arch, traceable.__contains__, depth=NARROW_DEPTH
+            roots, symbols, read_kernel, arch, traceable.__contains__, depth=NARROW_DEPTH
         )
         _CLOSURES[key] = found
     return found
