@@ -251,6 +251,10 @@ class CoverageRecord:
     #: [name, file, line that declares it, its first line with code] per function
     #: (main first, subprograms, callbacks).
     functions: list[list[Any]] = field(default_factory=list)
+    #: Test node id ("" outside a test) -> its runs: {backends, runs, cut_by_window,
+    #: unknown_direction_runs, lines, branches} with only the lines and branches its
+    #: runs showed. None: a record from before the field (one context, unnamed).
+    contexts: dict[str, dict[str, Any]] | None = None
 
 
 _KINDS: dict[type, str] = {

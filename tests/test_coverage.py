@@ -462,3 +462,100 @@ def test_the_report_marks_each_line_of_the_source(loaded: Loaded, tmp_path: Path
     marks = _marks(section(tmp_path, cwd=ROOT))
     assert all(marks[line] == "proven" for line in loaded.ipv4 | loaded.other)
     assert section(tmp_path / "none") == ""  # no coverage part: no section
+
+
+def _per_test(loaded: Loaded) -> ProgramCoverage:
+    """Two tests, each running one arm once (its node id the context)."""
+    book = CoverageBook()
+    for test, lines in ((IPV4_TEST, loaded.ipv4), (OTHER_TEST, loaded.other)):
+        trace = _trace("graph", _graph_branches(loaded, lines))
+        book.add_trace(trace, {loaded.prog.id: loaded.code}, {SPEC: loaded.prog.id}, context=test)
+    return book.sorted()[0]
+
+
+IPV4_TEST = "examples/branch_cover/test_branch_cover.py::test_ipv4"
+OTHER_TEST = "examples/branch_cover/test_branch_cover.py::test_other[1]"
+
+
+def test_each_line_knows_the_tests_that_ran_it(loaded: Loaded, tmp_path: Path) -> None:
+    cov = _per_test(loaded)
+    only_ipv4 = loaded.ipv4 - loaded.other
+    only_other = loaded.other - loaded.ipv4
+    assert only_ipv4 and only_other
+    file = next(f for f, _ in cov.lines)
+    assert all(cov.tests_of((file, ln)) == [IPV4_TEST] for ln in only_ipv4)
+    assert all(cov.tests_of((file, ln)) == [OTHER_TEST] for ln in only_other)
+    assert cov.tests_of((file, BRANCH)) == [IPV4_TEST, OTHER_TEST]  # both ran the `if`
+    one = cov.for_test(IPV4_TEST)
+    assert one.runs == 1 and set(one.lines) == set(cov.lines)  # every line, one test's counts
+    assert {ln for (_, ln), n in one.lines.items() if n} == _lines(
+        {line for line, n in cov.lines.items() if IPV4_TEST in cov.tests_of(line)}
+    )
+    assert sum(cov.for_test(t).runs for t in cov.contexts) == cov.runs
+    # Kept in the results file, summed over shards per test.
+    path = tmp_path / "results.jsonl"
+    for _ in range(2):
+        append_record(path, CoverageRecord(**cov.to_record()))
+    merged = CoverageBook()
+    for record in read_results(path).coverage:
+        merged.merge(ProgramCoverage.from_record(asdict(record)))
+    (both,) = merged.sorted()
+    other = cov.for_test(OTHER_TEST).lines
+    assert both.for_test(OTHER_TEST).lines == {k: 2 * n for k, n in other.items()}
+    # A record from before contexts: its runs in one unnamed context.
+    old = {k: v for k, v in cov.to_record().items() if k != "contexts"}
+    assert list(ProgramCoverage.from_record(old).contexts) == [""]
+
+
+def test_lcov_has_a_test_name_per_test_and_sums_to_the_whole(
+    loaded: Loaded, tmp_path: Path
+) -> None:
+    cov = _per_test(loaded)
+    info = report_text(CoverageFormat.LCOV, {"": [cov]}, str(ROOT))
+    names = [r.removeprefix("TN:") for r in info.splitlines() if r.startswith("TN:")]
+    assert names == ["", re.sub(r"\W", "_", IPV4_TEST), re.sub(r"\W", "_", OTHER_TEST)]
+    whole = lcov([cov], str(ROOT))
+    if shutil.which("lcov") is None or shutil.which("genhtml") is None:
+        pytest.skip("lcov is not installed (Debian: lcov; bash ci/setup installs it)")
+    summaries = []
+    for name, text in (("tests", info), ("whole", whole)):
+        (tmp_path / f"{name}.info").write_text(text)
+        proc = subprocess.run(
+            ["lcov", "--summary", str(tmp_path / f"{name}.info")],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        summaries.append(
+            re.findall(r"(lines|functions)\.*: ([\d.]+%) \((\d+) of (\d+)", proc.stdout)
+        )
+    assert summaries[0] and summaries[0] == summaries[1]  # the tests' sets sum to the whole
+    proc = subprocess.run(
+        [
+            "genhtml",
+            "-q",
+            "--show-details",
+            "-o",
+            str(tmp_path / "html"),
+            str(tmp_path / "tests.info"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    details = "".join(p.read_text() for p in (tmp_path / "html").rglob("*.html"))
+    assert re.sub(r"\W", "_", OTHER_TEST) in details  # genhtml names the tests
+
+
+def test_the_html_report_shows_the_tests_of_each_line(loaded: Loaded, tmp_path: Path) -> None:
+    from pytest_lbr.coverage.html import section, write_part
+
+    cov = _per_test(loaded)
+    write_part(tmp_path, [cov])
+    page = section(tmp_path, ROOT)
+    row = next(r for r in page.split("<tr") if f'<td class="n">{BRANCH}</td>' in r)
+    assert "2 test(s)" in row and "test_ipv4" in row and "test_other[1]" in row
+    only_ipv4 = min(loaded.ipv4 - loaded.other)
+    row = next(r for r in page.split("<tr") if f'<td class="n">{only_ipv4}</td>' in r)
+    assert "1 test(s)" in row and "test_other" not in row

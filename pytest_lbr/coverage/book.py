@@ -50,6 +50,10 @@ class ProgramCoverage:
     functions: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     tags: set[str] = field(default_factory=set)
     backends: set[str] = field(default_factory=set)
+    #: Test (pytest's node id; "" outside a test) -> what its runs showed: the lines
+    #: and branches its runs showed ran, its run counts (`for_test` gives the whole
+    #: program seen by one test). Every run is in exactly one.
+    contexts: dict[str, ProgramCoverage] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -81,9 +85,17 @@ class ProgramCoverage:
             if where is not None:
                 self.functions.setdefault(fn.name, where)
 
-    def add_run(self, ev: RunEvidence, *, backend: str, counted: bool) -> None:
+    def add_run(
+        self, ev: RunEvidence, *, backend: str, counted: bool, context: str | None = ""
+    ) -> None:
         """Add what one run showed; `counted`: the run is a hit of this program
-        (counted in `runs`, and in `cut_by_window` when its records miss its entry)."""
+        (counted in `runs`, and in `cut_by_window` when its records miss its entry);
+        `context`: the test it ran in (None: kept in no context, as in a context's own)."""
+        if context is not None:
+            ctx = self.contexts.get(context)
+            if ctx is None:
+                ctx = self.contexts[context] = ProgramCoverage(self.program, self.source)
+            ctx.add_run(ev, backend=backend, counted=counted, context=None)
         self.backends.add(backend)
         if counted:
             self.runs += 1
@@ -119,6 +131,36 @@ class ProgramCoverage:
             self.functions.setdefault(name, where)
         self.tags |= other.tags
         self.backends |= other.backends
+        for test, ctx in other.contexts.items():
+            mine = self.contexts.get(test)
+            if mine is None:
+                self.contexts[test] = ProgramCoverage.from_record(ctx.to_record())
+            else:
+                mine.merge(ctx)
+
+    def tests_of(self, line: SourceLine) -> list[str]:
+        """The tests whose runs showed `line` ran, by name ("" outside any test)."""
+        return sorted(t for t, ctx in self.contexts.items() if ctx.lines.get(line))
+
+    def for_test(self, test: str) -> ProgramCoverage:
+        """The program as one test's runs saw it: every line and branch of it, counted
+        over that test's runs only."""
+        return self._seen_by(self.contexts.get(test))
+
+    def without_runs(self) -> ProgramCoverage:
+        """Every line and branch of the program, none counted: its code alone."""
+        return self._seen_by(None)
+
+    def _seen_by(self, ctx: ProgramCoverage | None) -> ProgramCoverage:
+        ctx = ctx or ProgramCoverage(self.program, self.source)
+        out = ProgramCoverage(self.program, self.source, functions=dict(self.functions))
+        out.lines = {line: ctx.lines.get(line, 0) for line in self.lines}
+        out.how = {line: how for line, how in ctx.how.items() if line in out.lines}
+        out.branches = {k: list(ctx.branches.get(k, (0, 0))) for k in self.branches}
+        out.runs, out.cut_by_window = ctx.runs, ctx.cut_by_window
+        out.unknown_direction_runs = ctx.unknown_direction_runs
+        out.tags, out.backends = set(self.tags), set(ctx.backends)
+        return out
 
     def files(self) -> list[str]:
         """Its source files, the main one first."""
@@ -147,6 +189,7 @@ class ProgramCoverage:
             ],
             "unknown_direction_runs": self.unknown_direction_runs,
             "functions": [[name, *where] for name, where in self.functions.items()],
+            "contexts": {test: _context_record(ctx) for test, ctx in sorted(self.contexts.items())},
         }
 
     @classmethod
@@ -168,7 +211,28 @@ class ProgramCoverage:
         out.unknown_direction_runs = out.runs if unknown is None else int(unknown)
         for name, f, ln, first in data.get("functions", ()):
             out.functions[str(name)] = (str(f), int(ln), int(first))
+        contexts = data.get("contexts")
+        if contexts is None and out.runs:  # a record from before contexts: one, unnamed
+            contexts = {"": {**data, "contexts": {}}}
+        for test, ctx in (contexts or {}).items():
+            out.contexts[str(test)] = cls.from_record(
+                {"program": out.program, "source": out.source, **ctx, "contexts": {}}
+            )
         return out
+
+
+def _context_record(ctx: ProgramCoverage) -> dict[str, Any]:
+    """A context's part of the record: its runs, and only the lines and branches its
+    runs showed (the program's record lists them all)."""
+    record = ctx.to_record()
+    return {
+        "backends": record["backends"],
+        "runs": ctx.runs,
+        "cut_by_window": ctx.cut_by_window,
+        "unknown_direction_runs": ctx.unknown_direction_runs,
+        "lines": [row for row in record["lines"] if row[2]],
+        "branches": [row for row in record["branches"] if row[3] or row[4]],
+    }
 
 
 def _jump_keys(code: ProgramCode) -> Iterable[BranchKey]:
@@ -223,11 +287,13 @@ class CoverageBook:
         targets: Mapping[str, int],
         *,
         every_branch: bool = True,
+        context: str = "",
     ) -> None:
         """Add what `trace` shows of the programs in `codes` (by program id; read while
         they were loaded): each target program (`targets`: target spec -> program id)
         and each program whose code the records went through. `every_branch`: the
-        LBR records hold every taken branch (no LBR filter)."""
+        LBR records hold every taken branch (no LBR filter). `context`: the test
+        the trace belongs to (pytest's node id)."""
         for pid in set(targets.values()):
             if pid in codes:
                 self.program(codes[pid])
@@ -243,7 +309,9 @@ class CoverageBook:
                     ev = lbr_run(code, hit.branches, entered=entered, every_branch=every_branch)
                 else:
                     ev = graph_run(code, _call_returns(hit, code), entered)
-                self.program(code).add_run(ev, backend=trace.backend, counted=entered)
+                self.program(code).add_run(
+                    ev, backend=trace.backend, counted=entered, context=context
+                )
 
 
 def _programs_in(hit: Hit) -> set[int]:

@@ -33,9 +33,11 @@ class CoverageCollector:
         self.problems: list[str] = []
         self._codes: dict[int, ProgramCode | None] = {}
 
-    def add(self, trace: Trace, targets: Iterable[Any] | None = None) -> None:
+    def add(self, trace: Trace, targets: Iterable[Any] | None = None, context: str = "") -> None:
         """Add `trace` (finished; its programs still loaded). `targets`: what was
-        traced, as given to `lbr.trace` (default: the trace's own target specs)."""
+        traced, as given to `lbr.trace` (default: the trace's own target specs);
+        `context`: the test it belongs to (pytest's node id), whose runs the
+        coverage keeps apart too (`ProgramCoverage.contexts`)."""
         found = self._target_programs(targets if targets is not None else trace.targets)
         ids = set(found.values())
         for hit in trace.hits:
@@ -44,7 +46,7 @@ class CoverageCollector:
                     if loc.program is not None:
                         ids.add(loc.program.prog_id)
         codes = {pid: code for pid in ids if (code := self._code(pid)) is not None}
-        self.book.add_trace(trace, codes, found, every_branch=self.every_branch)
+        self.book.add_trace(trace, codes, found, every_branch=self.every_branch, context=context)
 
     def _target_programs(self, targets: Iterable[Any]) -> dict[str, int]:
         """Target spec -> program id, for the targets that are programs."""

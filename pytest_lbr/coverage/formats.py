@@ -245,8 +245,22 @@ ByTest = Mapping[str, Sequence[ProgramCoverage]]
 
 
 def _lcov_report(by_test: ByTest, cwd: str | None) -> str:
-    """One LCOV record set per test name: genhtml and `lcov -a` sum them."""
-    return "".join(lcov(programs, cwd, test=test) for test, programs in by_test.items())
+    """LCOV record sets that genhtml and `lcov -a` sum: for each set of `by_test`
+    (a kernel's, under `pytest-lbr vm`) whose programs know their tests, one
+    with every program's code and no run, then one per pytest test with the
+    programs it ran (test name: the set's, then the test's node id); else one
+    with everything."""
+    out = []
+    for name, programs in by_test.items():
+        tests = sorted({t for p in programs for t in p.contexts})
+        if tests in ([], [""]):  # no run, or none in a test (a library's use)
+            out.append(lcov(programs, cwd, test=name))
+            continue
+        out.append(lcov([p.without_runs() for p in programs], cwd, test=name))
+        for test in tests:
+            ran = [p.for_test(test) for p in programs if test in p.contexts]
+            out.append(lcov(ran, cwd, test="_".join(n for n in (name, test) if n)))
+    return "".join(out)
 
 
 def _cobertura_report(by_test: ByTest, cwd: str | None) -> str:

@@ -4,9 +4,10 @@ with its lines marked.
 The session writes its programs' coverage into the report directory
 (`write_part`, a `coverage` record per program); the report page puts
 `section(report_dir)` after the tests. A line with code is marked `executed`
-(LBR records show it), `proven` (the control flow proves it) or `not observed`;
-lines without code are shown plain. The source is read when the page is built,
-from the working directory (where the programs' paths are relative to).
+(LBR records show it), `proven` (the control flow proves it) or `not observed`,
+with the tests that ran it (folded: "2 test(s)"); lines without code are shown
+plain. The source is read when the page is built, from the working directory
+(where the programs' paths are relative to).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ table.cov td{padding:0 6px;white-space:pre;vertical-align:top}
 table.cov td.n{color:#777;text-align:right}
 tr.executed td.src{background:#d7f5d7} tr.proven td.src{background:#e6f0ff}
 tr.not-observed td.src{background:#ffe3e0} td.how{color:#555}
+td.tests details{display:inline} td.tests summary{color:#555;cursor:pointer}
+td.tests ul{margin:0;padding-left:14px;font-size:11px}
 """
 
 
@@ -76,6 +79,15 @@ def _program(cov: ProgramCoverage, base: Path) -> str:
     return "".join(out)
 
 
+def _tests(tests: Sequence[str]) -> str:
+    """Which tests ran a line, as coverage.py's `show_contexts` shows them: folded
+    under their number."""
+    if not tests:
+        return ""
+    names = "".join(f"<li>{escape(t or '(outside any test)')}</li>" for t in tests)
+    return f"<details><summary>{len(tests)} test(s)</summary><ul>{names}</ul></details>"
+
+
 def _source(cov: ProgramCoverage, file: str, base: Path) -> str:
     lines = cov.file_lines(file)
     try:
@@ -89,7 +101,8 @@ def _source(cov: ProgramCoverage, file: str, base: Path) -> str:
         src = escape(text[n - 1]) if n <= len(text) else ""
         if n not in lines:
             rows.append(
-                f'<tr><td class="n">{n}</td><td class="how"></td><td class="src">{src}</td></tr>'
+                f'<tr><td class="n">{n}</td><td class="how"></td><td class="src">{src}</td>'
+                '<td class="tests"></td></tr>'
             )
             continue
         how = cov.how.get((file, n), "")
@@ -98,6 +111,7 @@ def _source(cov: ProgramCoverage, file: str, base: Path) -> str:
         cls = label.replace(" ", "-")
         rows.append(
             f'<tr class="{cls}"><td class="n">{n}</td><td class="how">{label}</td>'
-            f'<td class="src">{src}</td></tr>'
+            f'<td class="src">{src}</td><td class="tests">{_tests(cov.tests_of((file, n)))}</td>'
+            "</tr>"
         )
     return '<table class="cov">' + "".join(rows) + "</table>"

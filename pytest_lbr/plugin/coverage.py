@@ -73,6 +73,9 @@ class CoverageSession:
         self.enabled = bool(option(config, "lbr_cov") or reports)
         self.is_worker = is_worker(config)
         self._collector: CoverageCollector | None = None
+        #: The test running now (its node id; "" between tests): each trace's runs
+        #: are kept under it too, "which tests ran this line".
+        self.context = ""
 
     @property
     def collector(self) -> CoverageCollector:
@@ -88,7 +91,7 @@ class CoverageSession:
         tracer.finished.append(self._add)
 
     def _add(self, trace: Trace, targets: list[Target]) -> None:
-        self.collector.add(trace, targets)
+        self.collector.add(trace, targets, context=self.context)
 
     def worker_done(self, node: Any) -> None:
         """xdist controller: add a worker's coverage."""
@@ -172,6 +175,20 @@ def pytest_fixture_setup(
     if cov is not None and fixturedef.argname == "lbr" and hasattr(value, "finished"):
         cov.watch(value)
     return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, Any]:
+    cov = _coverage(item.config)
+    if cov is None:
+        return (yield)
+    cov.context = item.nodeid  # its fixtures' set-up and teardown included
+    try:
+        return (yield)
+    finally:
+        cov.context = ""
 
 
 @pytest.hookimpl(optionalhook=True)
