@@ -134,7 +134,10 @@ class CallSites:
         key = (start, hashlib.blake2b(code, digest_size=16).digest())
         found = self._jit_calls.get(key)
         if found is None:
-            found = self._jit_calls[key] = calls_of(code, start, size, jit=True)
+            # A program's own image is loaded again at other addresses (`code_shapes`);
+            # a trampoline's page holds its neighbours too, new at every trace.
+            image = start in self._learned
+            found = self._jit_calls[key] = calls_of(code, start, size, jit=image)
             if len(self._jit_calls) > _MAX_LEARNED:  # a long session: forget the oldest
                 del self._jit_calls[next(iter(self._jit_calls))]
         return found
@@ -225,10 +228,18 @@ def _code(start: int, size: int) -> bytes:
     except (OSError, ValueError):
         return b""
     if machine().name == "x86_64":
-        # int3 pads functions and fills what a BPF pack's images leave free (a
-        # trampoline's page): no call is there, and each byte decodes as one.
-        code = code.rstrip(b"\xcc")
+        # int3 pads functions and fills what a BPF pack's images leave free: no
+        # call is there, and each byte decodes as one. A trampoline is read to
+        # the end of its page (kallsyms lists none newer than its last read), which
+        # may hold the pack's next images after that filler: they are not its code.
+        end = code.find(_FILLER)
+        code = (code if end < 0 else code[:end]).rstrip(b"\xcc")
     return code
+
+
+#: int3s no function's code holds in a row (one follows a `ret` against
+#: straight-line speculation): the filler after an image.
+_FILLER = b"\xcc" * 16
 
 
 def calls_of(code: bytes, start: int, size: int, *, jit: bool = False) -> list[tuple[int, int]]:

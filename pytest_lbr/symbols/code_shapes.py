@@ -34,6 +34,9 @@ _AS_IS, _BRANCH, _IMMEDIATE, _CAPSTONE = range(4)
 _MAX_SHAPES = 256
 #: Below this, decoding is as cheap as matching a shape.
 _MIN_SIZE = 64
+#: Above this, code is decoded but no shape is kept: making one costs about a second
+#: decoding, paid again for code that changes between traces (ftrace's trampolines).
+_MAX_SIZE = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def decode(
     """`md.disasm_lite(code, addr)` as a list, from a shape decoded before where
     one matches (`md`: an x86-64 decoder). With `only`, instructions of other
     mnemonics may be left out."""
-    if len(code) < _MIN_SIZE:
+    if not _MIN_SIZE <= len(code) <= _MAX_SIZE:
         return list(md.disasm_lite(code, addr))
     for shape in _shapes.get(len(code), ()):
         if shape.matches(code):
