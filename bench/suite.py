@@ -81,14 +81,15 @@ LIMITS = {
     "pertest": "see section 3: each trace of a program loads, verifies and attaches the "
     "fexit hook that gives its return value (~0.1-0.2 s under TCG), and reads, parses and "
     "symbolizes the ring buffer's text in Python",
-    "pertest54": "measured (cProfile, 6.12 guest, 2026-11-29, 20 traced tests of a program "
-    "loaded per test, 0.168 s a test profiled): the new program's fexit hook 0.021 s "
-    "(libbpf's open 0.009 s, the verifier 0.007 s), cutting the records into hits 0.038 s "
-    "(searching call sites of callers the tracer did not record 0.018 s), naming 0.019 s "
-    "(the new program's tables 0.008 s), its control flow 0.012 s, parsing 0.008 s; and "
-    "with the function tracer on for the session the test's own work runs 1.4-1.5x "
-    "slower ('untraced, graph on'): the tracer on and a hook per new program are about "
-    "2x before any reading or naming",
+    "pertest54": "measured (timers around each phase, no profiler, 6.12 guest, 2026-11-29 "
+    "11:20, 30 traced tests of a program loaded per test, 0.130 s a test; the untraced "
+    "test 0.029 s, 0.042 s with the session's function tracer on): the test's own load "
+    "of its program 0.052 s (the kernel's work, slower with the tracer on and after "
+    "the last test's hook went), the new program's fexit hook 0.021 s (libbpf's open, "
+    "the verifier, the trampoline), cutting the records into hits 0.027 s (call-site "
+    "searches of callers the tracer did not record 0.017 s), naming 0.015 s, Python's "
+    "garbage collector about 0.010 s (0.002 s after gc.freeze(): not done, a library "
+    "leaves the process's collector alone); the load and the hook alone are about 2.5x",
     "first54": "the first graph trace turns the function tracer on in its tracefs "
     "instance: about 4 s of kernel text patching under TCG (the writes to tracefs in a "
     "cProfile of the 6.12 guest), before the trace itself",
