@@ -26,7 +26,7 @@ from pytest_lbr.kernel.machine import machine
 if TYPE_CHECKING:
     from pytest_lbr.symbols.kallsyms import KernelSymbols
 
-__all__ = ["CallSite", "CallSites", "call_sites", "calls_in", "calls_of"]
+__all__ = ["CallSite", "CallSites", "call_sites", "calls_in", "calls_of", "own_code"]
 
 #: (the caller's name, its start address, the call's return address).
 CallSite = tuple[str, int, int]
@@ -227,14 +227,17 @@ def _code(start: int, size: int) -> bytes:
         code = read_kernel(start, size)
     except (OSError, ValueError):
         return b""
-    if machine().name == "x86_64":
-        # int3 pads functions and fills what a BPF pack's images leave free: no
-        # call is there, and each byte decodes as one. A trampoline is read to
-        # the end of its page (kallsyms lists none newer than its last read), which
-        # may hold the pack's next images after that filler: they are not its code.
-        end = code.find(_FILLER)
-        code = (code if end < 0 else code[:end]).rstrip(b"\xcc")
-    return code
+    return own_code(code) if machine().name == "x86_64" else code
+
+
+def own_code(code: bytes) -> bytes:
+    """x86-64 code read from a function's start up to its filler: int3 pads functions
+    and fills what a BPF pack's images leave free (no call is there, and each byte
+    decodes as one). A trampoline is read to the end of its page (kallsyms lists none
+    newer than its last read), which may hold the pack's next images after that
+    filler: they are not its code."""
+    end = code.find(_FILLER)
+    return (code if end < 0 else code[:end]).rstrip(b"\xcc")
 
 
 #: int3s no function's code holds in a row (one follows a `ret` against
