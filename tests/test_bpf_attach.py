@@ -17,8 +17,8 @@ from pytest_lbr.bpf.attach import (
     netfilter_link_attr,
     netns_path,
 )
-from pytest_lbr.bpf.harness import _ATTACH_WITH
 from pytest_lbr.bpf.libbpf import NetfilterLinkCreateAttr
+from pytest_lbr.bpf.program import _ATTACH_WITH
 
 
 def test_the_netfilter_link_attr_is_the_uapi_layout() -> None:

@@ -26,7 +26,7 @@ _PERCPU_MAP_TYPES = {5, 6, 10, 21}
 class _Owner(Protocol):
     """What a map needs of its object (a `pytest_lbr.bpf.BpfObject`)."""
 
-    def _check_open(self, what: str) -> None: ...
+    def check_open(self, what: str) -> None: ...
 
     def _attach_struct_ops(self, bmap: Map) -> Any: ...
 
@@ -52,7 +52,7 @@ class Map:
     @property
     def fd(self) -> int:
         """The map's fd, owned by its object (do not close it)."""
-        self._obj._check_open(f"map {self.name}")
+        self._obj.check_open(f"map {self.name}")
         return self._fd
 
     def _pack(self, what: str, v: bytes | bytearray | int, size: int) -> Any:

@@ -1,4 +1,4 @@
-"""Call sites in JIT code read from live memory (`capture.call_sites`), host part: a
+"""JIT code read from live memory for call-site searches (`capture.call_sites`), host part: a
 trampoline is read to the end of its page, which also holds the pack's next images."""
 
 from __future__ import annotations
