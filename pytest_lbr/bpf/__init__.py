@@ -2,7 +2,8 @@
 
 `from pytest_lbr.bpf import BpfLoader, BpfObject, Program, VethPair, ...` is the harness's
 public face (the `bpf` and `veth` fixtures' classes); they live in `harness.py` (objects)
-and `program.py` (programs) and are imported on first use, so that the package's lower pieces load without it: `libbpf.py` (ctypes bindings to
+and `program.py` (programs) and are imported on first use, so that the package's lower
+pieces load without them: `libbpf.py` (ctypes bindings to
 libbpf.so.1, every prototype and option struct; no C extension), `netns.py` (veth pairs
 and network namespaces for tests), `links.py` (links), `attach.py` (attachments libbpf 1.1
 cannot make), `usdt.py` (USDT probes), `maps.py` (maps). Tested by tests/test_harness.py,

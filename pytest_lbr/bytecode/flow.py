@@ -206,7 +206,10 @@ LD_IMM64_BYTE = bytes([LD_IMM64])
 def main_calls(xlated: bytes) -> list[int]:
     """Indexes of the call instructions reachable from the entry without a call
     (the main function's own calls), in instruction order."""
-    flow = _main_flow(xlated)
+    return _calls_in(_main_flow(xlated))
+
+
+def _calls_in(flow: ControlFlow) -> list[int]:
     return [i for i, b in enumerate(flow.block_of) if b >= 0 and is_call(flow.insns[i])]
 
 
@@ -215,7 +218,7 @@ def call_dominators(xlated: bytes) -> dict[int, frozenset[int]]:
     path from the program's entry (its main function; subprograms are entered by
     calls and are not followed)."""
     flow = _main_flow(xlated)
-    calls = main_calls(xlated)
+    calls = _calls_in(flow)
     return {c: frozenset(d for d in calls if d != c and flow.ran_before(c, d)) for c in calls}
 
 
@@ -225,9 +228,10 @@ def jit_call_index(xlated: bytes, call_base: int, jit_targets: Sequence[int]) ->
     pair one for one. The JIT emits one call instruction per BPF call but a tail
     call (a jump); a helper call's target is `call_base + imm` in both, which is
     checked. Kfunc and subprogram calls pair by position."""
-    insns = _main_flow(xlated).insns  # calls as translated: no constant zeroed
+    flow = _main_flow(xlated)
+    insns = flow.insns  # calls as translated: no constant zeroed
     calls = [
-        k for k in main_calls(xlated) if not (insns[k].src == 0 and insns[k].imm == FUNC_TAIL_CALL)
+        k for k in _calls_in(flow) if not (insns[k].src == 0 and insns[k].imm == FUNC_TAIL_CALL)
     ]
     if len(calls) != len(jit_targets):
         return None

@@ -322,7 +322,8 @@ class Instance:
         if len(self._stat_fds) != len(self._stats):
             self._close_stats()
             try:
-                self._stat_fds = [os.open(stats, os.O_RDONLY) for stats in self._stats]
+                for stats in self._stats:  # each kept as opened: closed if a later one fails
+                    self._stat_fds.append(os.open(stats, os.O_RDONLY))
             except OSError:
                 self._close_stats()
                 raise

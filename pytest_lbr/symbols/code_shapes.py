@@ -51,8 +51,6 @@ class _Insn:
     #: For _BRANCH and _IMMEDIATE: where its displacement or value starts, and
     #: its size in bytes.
     field: tuple[int, int] = (0, 0)
-    #: For _IMMEDIATE: the sign bit of the value its text was checked with.
-    sign: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ class _Shape:
             text = None
             if i.how == _BRANCH:
                 text = _target_text(code, at, i)
-            elif i.how == _IMMEDIATE and _sign(code, i) == i.sign:
+            elif i.how == _IMMEDIATE:
                 text = _immediate_text(code, i)
             # A value of one hex digit: capstone writes up to 9 in decimal, so let it.
             if text is not None and len(text.rpartition(" ")[2]) > len("0x0"):
@@ -150,11 +148,9 @@ def _shape_of(code: bytes, addr: int, decoded: Iterable[Decoded]) -> _Shape:
             if raw[0] in (0xE8, 0xE9) and size == 5:  # may leave the image: may differ
                 fields.append((off + 1, off + 5))
         elif (value := _immediate_field(raw, mnemonic)) is not None:
-            # Checked as capstone wrote it: for a value of the same sign.
             span = (off + value[0], value[1])
             insn = _Insn(off, size, mnemonic, operands, _IMMEDIATE, span)
-            insn = _Insn(off, size, mnemonic, operands, _IMMEDIATE, span, _sign(code, insn))
-            if _immediate_text(code, insn) != operands:
+            if _immediate_text(code, insn) != operands:  # checked as capstone wrote it
                 insn = _Insn(off, size, mnemonic, operands, _CAPSTONE)
             fields.append((span[0], span[0] + span[1]))
         elif mnemonic.startswith(("j", "call", "loop")):
@@ -193,11 +189,6 @@ def _target_text(code: bytes, at: int, insn: _Insn) -> str:
     start, size = insn.field
     disp = int.from_bytes(code[start : start + size], "little", signed=True)
     return f"{(at + insn.size + disp) & 0xFFFF_FFFF_FFFF_FFFF:#x}"
-
-
-def _sign(code: bytes, insn: _Insn) -> int:
-    start, size = insn.field
-    return code[start + size - 1] >> 7
 
 
 def _immediate_text(code: bytes, insn: _Insn) -> str:
