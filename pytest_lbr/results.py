@@ -240,7 +240,7 @@ class CoverageRecord:
     backends: list[str] = field(default_factory=list)
     runs: int = 0
     cut_by_window: int = 0
-    #: [file, line, runs that showed it ran, "executed" | "proven" | ""].
+    #: [file, line, runs that showed it ran, "executed" | "proven" | "counted" | ""].
     lines: list[list[Any]] = field(default_factory=list)
     #: [file, line, jump number on the line, runs it was taken, runs it fell through].
     branches: list[list[Any]] = field(default_factory=list)

@@ -4,10 +4,12 @@
 public face (the `bpf` and `veth` fixtures' classes); they live in `harness.py` (objects)
 and `program.py` (programs) and are imported on first use, so that the package's lower
 pieces load without them: `libbpf.py` (ctypes bindings to
-libbpf.so.1, every prototype and option struct; no C extension), `netns.py` (veth pairs
-and network namespaces for tests), `links.py` (links), `attach.py` (attachments libbpf 1.1
-cannot make), `usdt.py` (USDT probes), `maps.py` (maps). Tested by tests/test_harness.py,
-test_bpf_attach.py, test_netns.py, and in the guests by tests/conformance/.
+libbpf.so.1, every prototype and option struct but `bpf_prog_load`'s; no C extension),
+`netns.py` (veth pairs and network namespaces for tests), `links.py` (links), `attach.py`
+(attachments libbpf 1.1 cannot make), `usdt.py` (USDT probes), `maps.py` (maps),
+`counted.py` (programs loaded again with a counter per block: exact coverage). Tested by
+tests/test_harness.py, test_bpf_attach.py, test_netns.py, tests/coverage/test_exact.py,
+and in the guests by tests/conformance/.
 """
 
 from __future__ import annotations

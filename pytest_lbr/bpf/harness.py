@@ -82,6 +82,10 @@ _T = TypeVar("_T")
 
 _STRUCT_OPS_MAP = 26  # uapi enum bpf_map_type: BPF_MAP_TYPE_STRUCT_OPS
 
+#: A hook run right after libbpf loads an object (its `bpf_object *` and path):
+#: program name -> the instructions that program now runs, for any it replaced.
+AfterLoad = Callable[[int, Path], Mapping[str, bytes]]
+
 
 class BpfLoadError(BpfError):
     """A BPF object could not be opened or loaded; `log` holds libbpf's
@@ -141,9 +145,11 @@ class BpfObject:
     that nothing else holds.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], after_load: AfterLoad | None = None) -> None:
         self.path = Path(path)
         self._ptr = _open_and_load(self.path)
+        # Exact coverage puts counted programs in place of the loaded ones here.
+        running = after_load(self._ptr, self.path) if after_load is not None else {}
         #: Links made by `Program.attach()`: destroyed before the object closes.
         self._links: list[Link] = []
         #: `on_close` callbacks: run first when the object closes.
@@ -154,7 +160,7 @@ class BpfObject:
         progs: dict[str, Program] = {}
         p = lib.bpf_object__next_program(self._ptr, None)
         while p:
-            prog = Program(self, p)
+            prog = Program(self, p, running.get(lib.bpf_program__name(p).decode()))
             progs[prog.name] = prog
             p = lib.bpf_object__next_program(self._ptr, p)
         maps: dict[str, Map] = {}
@@ -285,8 +291,12 @@ class BpfLoader:
     test module's directory), then from the current directory.
     """
 
-    def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, base_dir: str | os.PathLike[str] | None = None, after_load: AfterLoad | None = None
+    ) -> None:
         self.base_dir = Path(base_dir) if base_dir is not None else None
+        #: Run on each object right after it loads (exact coverage's counters).
+        self.after_load = after_load
         self._objects: list[BpfObject] = []
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
@@ -310,7 +320,7 @@ class BpfLoader:
 
     def load(self, path: str | os.PathLike[str]) -> BpfObject:
         """Open and load a BPF ELF object; raises BpfLoadError with the verifier log."""
-        obj = BpfObject(self.resolve(path))
+        obj = BpfObject(self.resolve(path), self.after_load)
         self._objects.append(obj)
         return obj
 

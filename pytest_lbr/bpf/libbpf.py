@@ -409,6 +409,10 @@ def _declare(cdll: ctypes.CDLL) -> None:
     _proto(cdll, "bpf_map_get_next_key", c_int, c_int, c_void_p, c_void_p)
     _proto(cdll, "bpf_prog_test_run_opts", c_int, c_int, c_void_p)
     _proto(cdll, "bpf_prog_load", c_int, c_int, c_char_p, c_char_p, c_void_p, c_size_t, c_void_p)
+    # Exact coverage (pytest_lbr.bpf.counted): a program loaded again with counters.
+    _proto(cdll, "bpf_map_create", c_int, c_int, c_char_p, c_uint32, c_uint32, c_uint32, c_void_p)
+    _proto(cdll, "bpf_program__flags", c_uint32, c_void_p)
+    _proto(cdll, "bpf_object__btf_fd", c_int, c_void_p)
     # Attaching the LBR tracer and reading its ring buffer (pytest_lbr.capture.hooks.hook_set).
     _proto(cdll, "bpf_object__find_program_by_name", c_void_p, c_void_p, c_char_p)
     _proto(cdll, "bpf_object__find_map_by_name", c_void_p, c_void_p, c_char_p)

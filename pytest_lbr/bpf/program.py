@@ -146,7 +146,7 @@ class Program(NetAttach):
     """One loaded BPF program of a `BpfObject` (`NetAttach`: attach_tcx, attach_netns,
     attach_netfilter)."""
 
-    def __init__(self, obj: ProgramOwner, ptr: int) -> None:
+    def __init__(self, obj: ProgramOwner, ptr: int, written: bytes | None = None) -> None:
         self._obj = obj  # keeps the object (and so the fd) alive
         self._ptr = ptr
         #: The program's function name (the kernel keeps only its first 15 bytes).
@@ -160,9 +160,12 @@ class Program(NetAttach):
         self._type_id: int = info.type
         # The kernel keeps only the translated instructions: keep what libbpf
         # loaded, so a trace can tell which helper calls the verifier inlined.
+        # `written`: what runs instead of libbpf's (exact coverage's counters).
         insns = lib.bpf_program__insns(ptr)
-        if insns:
-            remember_written(self.id, ctypes.string_at(insns, lib.bpf_program__insn_cnt(ptr) * 8))
+        if written is None and insns:
+            written = ctypes.string_at(insns, lib.bpf_program__insn_cnt(ptr) * 8)
+        if written:
+            remember_written(self.id, written)
 
     @property
     def fd(self) -> int:

@@ -18,13 +18,26 @@ from pytest_lbr.coverage.code import ProgramCode, SourceLine
 from pytest_lbr.coverage.evidence import BranchKey, RunEvidence, graph_run, lbr_run
 from pytest_lbr.model import Hit, Trace
 
-__all__ = ["EXECUTED", "PROVEN", "CoverageBook", "ProgramCoverage"]
+__all__ = ["COUNTED", "EXECUTED", "PROVEN", "Counts", "CoverageBook", "ProgramCoverage"]
 
 #: How a covered line is known: LBR records show it ran.
 EXECUTED = "executed"
 #: How a covered line is known: the program's control flow proves it ran.
 PROVEN = "proven"
-_RANK = {PROVEN: 1, EXECUTED: 2}
+#: How a covered line is known: a counter in its block counted its runs (exact mode).
+COUNTED = "counted"
+_RANK = {PROVEN: 1, EXECUTED: 2, COUNTED: 3}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a program's counters counted over some runs (exact mode): its runs, each
+    line's runs (the most of any block holding it), each conditional jump's
+    [taken, fell through], every line and jump of the program listed (0: not run)."""
+
+    runs: int
+    lines: Mapping[SourceLine, int]
+    branches: Mapping[BranchKey, tuple[int, int]]
 
 
 @dataclass
@@ -113,11 +126,29 @@ class ProgramCoverage:
             counts[0] += True in directions
             counts[1] += False in directions
 
+    def add_counts(self, counts: Counts, *, context: str | None = "") -> None:
+        """Add what a program's counters counted (`context`: the test, as `add_run`)."""
+        if context is not None:
+            ctx = self.contexts.get(context)
+            if ctx is None:
+                ctx = self.contexts[context] = ProgramCoverage(self.program, self.source)
+            ctx.add_counts(counts, context=None)
+        self.backends.add(COUNTED)
+        self.runs += counts.runs
+        for line, n in counts.lines.items():
+            self.lines[line] = self.lines.get(line, 0) + n
+            if n:
+                self.how[line] = COUNTED
+        for key, (taken, fell) in counts.branches.items():
+            mine = self.branches.setdefault(key, [0, 0])
+            mine[0] += taken
+            mine[1] += fell
+
     def merge(self, other: ProgramCoverage) -> None:
         """Add another session's (or kernel's) coverage of the same program."""
         for line, count in other.lines.items():
             self.lines[line] = self.lines.get(line, 0) + count
-        for line, how in other.how.items():
+        for line, how in other.how.items():  # "counted" over the rest
             if _RANK[how] > _RANK.get(self.how.get(line, ""), 0):
                 self.how[line] = how
         for key, (t, f) in other.branches.items():

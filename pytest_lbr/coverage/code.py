@@ -171,6 +171,10 @@ class ProgramCode:
                 prev = i
         return out
 
+    def line_at(self, insn: int) -> SourceLine | None:
+        """The source line of translated instruction `insn` (None: not known)."""
+        return self._insn_lines[insn]
+
     def block_lines(self, block: int) -> set[SourceLine]:
         """The source lines of a block's instructions."""
         blk = self.flow.blocks[block]

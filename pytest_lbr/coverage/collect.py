@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from pytest_lbr.coverage.book import CoverageBook
@@ -26,8 +26,17 @@ class CoverageCollector:
     runs to `book`. `every_branch`: LBR records hold every taken branch (no
     `--lbr-filter`). A program that cannot be read is named in `problems`."""
 
-    def __init__(self, *, every_branch: bool = True, arch: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        every_branch: bool = True,
+        arch: str | None = None,
+        counted: Container[int] = frozenset(),
+    ) -> None:
         self.book = CoverageBook()
+        #: Ids of programs running with counters (exact mode): their counters give
+        #: their coverage, and their JIT code is not the program as written.
+        self.counted = counted
         self.every_branch = every_branch
         self.arch = arch or os.uname().machine
         self.problems: list[str] = []
@@ -45,6 +54,8 @@ class CoverageCollector:
                 for loc in (b.src, b.dst):
                     if loc.program is not None:
                         ids.add(loc.program.prog_id)
+        found = {t: pid for t, pid in found.items() if pid not in self.counted}
+        ids = {pid for pid in ids if pid not in self.counted}
         codes = {pid: code for pid in ids if (code := self._code(pid)) is not None}
         self.book.add_trace(trace, codes, found, every_branch=self.every_branch, context=context)
 

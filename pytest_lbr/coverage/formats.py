@@ -9,7 +9,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 
-from pytest_lbr.coverage.book import EXECUTED, PROVEN, CoverageBook, ProgramCoverage
+from pytest_lbr.coverage.book import COUNTED, EXECUTED, PROVEN, CoverageBook, ProgramCoverage
 from pytest_lbr.names import CoverageFormat
 
 __all__ = [
@@ -46,11 +46,11 @@ def _percent(covered: int, total: int) -> str:
     return f"{100 * covered // total if total else 100}%"
 
 
-def _rows(programs: Sequence[ProgramCoverage]) -> tuple[list[tuple[str, ...]], int, int]:
+def _rows(programs: Sequence[ProgramCoverage]) -> tuple[list[tuple[str, ...]], dict[str, int]]:
     """One row per program and source file (program, file, lines, covered, percent,
-    not observed), and the covered lines known executed and proven."""
+    not observed), and how many covered lines are known each way (`ProgramCoverage.how`)."""
     rows: list[tuple[str, ...]] = []
-    executed = proven = 0
+    known = {EXECUTED: 0, PROVEN: 0, COUNTED: 0}
     for cov in programs:
         for file in cov.files():
             lines = cov.file_lines(file)
@@ -67,16 +67,24 @@ def _rows(programs: Sequence[ProgramCoverage]) -> tuple[list[tuple[str, ...]], i
                     line_ranges(missing, list(lines)),
                 )
             )
-            executed += sum(1 for ln in covered if cov.how.get((file, ln)) == EXECUTED)
-            proven += sum(1 for ln in covered if cov.how.get((file, ln)) == PROVEN)
-    return rows, executed, proven
+            for ln in covered:
+                how = cov.how.get((file, ln))
+                if how in known:
+                    known[how] += 1
+    return rows, known
 
 
-def _notes(programs: Sequence[ProgramCoverage], executed: int, proven: int) -> list[str]:
-    out = [
-        f"covered lines: {executed} executed (LBR records show them), {proven} proven "
-        "(the control flow proves them); the rest were not observed"
+def _notes(programs: Sequence[ProgramCoverage], known: dict[str, int]) -> list[str]:
+    said = [
+        f"{known[EXECUTED]} executed (LBR records show them)",
+        f"{known[PROVEN]} proven (the control flow proves them)",
     ]
+    if known[COUNTED]:
+        said.append(f"{known[COUNTED]} counted (exact mode's counters)")
+    rest = "not observed"
+    if programs and all(c.backends == {COUNTED} for c in programs):
+        said, rest = said[2:], "not run (the counters count every run)"
+    out = [f"covered lines: {', '.join(said)}; the rest were {rest}"]
     for cov in programs:
         if cov.cut_by_window:
             out.append(
@@ -92,7 +100,7 @@ _HEADER = ("Program", "Source", "Lines", "Covered", "Cover", "Not observed")
 def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
     """One line per program and source file: program, file, lines, covered, percent,
     and the lines not observed; then what the labels mean and the LBR window's cuts."""
-    body, executed, proven = _rows(programs)
+    body, known = _rows(programs)
     rows = [_HEADER, *body]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     out = []
@@ -101,17 +109,17 @@ def term_missing(programs: Sequence[ProgramCoverage]) -> list[str]:
         cells += [r[i].rjust(widths[i]) for i in (2, 3, 4)]
         out.append("  ".join([*cells, r[5]]).rstrip())
     out.insert(1, "-" * max(len(line) for line in out))
-    return out + _notes(programs, executed, proven)
+    return out + _notes(programs, known)
 
 
 def markdown(programs: Sequence[ProgramCoverage]) -> list[str]:
     """The term-missing table as Markdown (a CI summary's), then the same notes."""
-    body, executed, proven = _rows(programs)
+    body, known = _rows(programs)
     out = ["| " + " | ".join(_HEADER) + " |", "| --- | --- | ---: | ---: | ---: | --- |"]
     for name, file, *rest in body:
         cells = [f"`{name.strip()}`", f"`{file}`", *rest]
         out.append("| " + " | ".join(cells) + " |")
-    return [*out, "", *_notes(programs, executed, proven)]
+    return [*out, "", *_notes(programs, known)]
 
 
 def _by_file(programs: Sequence[ProgramCoverage]) -> dict[str, list[ProgramCoverage]]:
@@ -234,10 +242,26 @@ def cobertura(programs: Sequence[ProgramCoverage], cwd: str | None = None) -> st
             )
             ET.SubElement(cls, "methods")
             xml_lines = ET.SubElement(cls, "lines")
+            directions = _line_directions(cov, file) if cov.directions_complete else {}
             for ln, c in lines.items():
-                ET.SubElement(xml_lines, "line", {"number": str(ln), "hits": str(c)})
+                attrs = {"number": str(ln), "hits": str(c)}
+                if ln in directions:  # as coverage.py writes a line's branches
+                    taken, total = directions[ln]
+                    attrs["branch"] = "true"
+                    attrs["condition-coverage"] = f"{100 * taken // total}% ({taken}/{total})"
+                ET.SubElement(xml_lines, "line", attrs)
     ET.indent(root)
     return '<?xml version="1.0" ?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _line_directions(cov: ProgramCoverage, file: str) -> dict[int, tuple[int, int]]:
+    """Line -> (directions taken, directions) of its conditional jumps."""
+    out: dict[int, tuple[int, int]] = {}
+    for ((f, ln), _), (taken, fell) in cov.branches.items():
+        if f == file:
+            seen, total = out.get(ln, (0, 0))
+            out[ln] = (seen + (taken > 0) + (fell > 0), total + 2)
+    return out
 
 
 #: A report's programs by test name (LCOV's `TN:`; "" for one unnamed set).

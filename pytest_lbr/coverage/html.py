@@ -4,7 +4,8 @@ with its lines marked.
 The session writes its programs' coverage into the report directory
 (`write_part`, a `coverage` record per program); the report page puts
 `section(report_dir)` after the tests. A line with code is marked `executed`
-(LBR records show it), `proven` (the control flow proves it) or `not observed`,
+(LBR records show it), `proven` (the control flow proves it), `counted N` (exact
+mode's counters: N runs) or `not observed` (`not run` where counters say so),
 with the tests that ran it (folded: "2 test(s)"); lines without code are shown
 plain. The source is read when the page is built, from the working directory
 (where the programs' paths are relative to).
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from pytest_lbr.coverage.book import EXECUTED, PROVEN, ProgramCoverage
+from pytest_lbr.coverage.book import COUNTED, EXECUTED, PROVEN, ProgramCoverage
 
 __all__ = ["PART", "section", "write_part"]
 
@@ -30,8 +31,8 @@ _CSS = """
 table.cov{border-collapse:collapse;font:12px monospace;margin:4px 0 12px}
 table.cov td{padding:0 6px;white-space:pre;vertical-align:top}
 table.cov td.n{color:#777;text-align:right}
-tr.executed td.src{background:#d7f5d7} tr.proven td.src{background:#e6f0ff}
-tr.not-observed td.src{background:#ffe3e0} td.how{color:#555}
+tr.executed td.src,tr.counted td.src{background:#d7f5d7} tr.proven td.src{background:#e6f0ff}
+tr.not-observed td.src,tr.not-run td.src{background:#ffe3e0} td.how{color:#555}
 td.tests details{display:inline} td.tests summary{color:#555;cursor:pointer}
 td.tests ul{margin:0;padding-left:14px;font-size:11px}
 """
@@ -106,9 +107,13 @@ def _source(cov: ProgramCoverage, file: str, base: Path) -> str:
             )
             continue
         how = cov.how.get((file, n), "")
-        label = {EXECUTED: "executed", PROVEN: "proven"}.get(how, "covered")
-        label = label if lines[n] else "not observed"
-        cls = label.replace(" ", "-")
+        label = {EXECUTED: "executed", PROVEN: "proven", COUNTED: "counted"}.get(how, "covered")
+        cls = label
+        if how == COUNTED:
+            label = f"counted {lines[n]}"
+        if not lines[n]:  # counters see every run: what they did not count did not run
+            label = "not run" if cov.backends == {COUNTED} else "not observed"
+            cls = label.replace(" ", "-")
         rows.append(
             f'<tr class="{cls}"><td class="n">{n}</td><td class="how">{label}</td>'
             f'<td class="src">{src}</td><td class="tests">{_tests(cov.tests_of((file, n)))}</td>'

@@ -13,7 +13,7 @@ import re
 
 from pytest_lbr.coverage.code import Function, LineRecord, ProgramCode, first_line_record
 
-__all__ = ["read_code"]
+__all__ = ["declared", "read_code"]
 
 #: Conditional jumps as capstone names them: x86-64 `jcc` (not `jmp`), arm64's
 #: `b.cond`, `cbz`/`cbnz`, `tbz`/`tbnz`.
@@ -52,7 +52,7 @@ def read_code(fd: int, arch: str) -> ProgramCode:
         _, image = jited_image(fd)
         jumps = _conditional_jumps(image, functions, arch)
     name = functions[0].name if functions else d.name  # BTF's, not the kernel's 15 bytes
-    functions = [_declared(fn, records) for fn in functions]
+    functions = [declared(fn, records) for fn in functions]
     return ProgramCode(name, d.tag, xlated, tuple(functions), tuple(records), jumps)
 
 
@@ -61,7 +61,7 @@ def read_code(fd: int, arch: str) -> ProgramCode:
 _DECLARATION_REACH = 40
 
 
-def _declared(fn: Function, records: list[LineRecord]) -> Function:
+def declared(fn: Function, records: list[LineRecord]) -> Function:
     """`fn` with the line that declares it: the nearest line at or above its first
     line record naming it followed by "(" (BTF line info holds statements only)."""
     first = first_line_record(records, fn.insn)

@@ -226,8 +226,9 @@ def bpf(request: pytest.FixtureRequest) -> Generator[BpfLoader, None, None]:
     A relative path is found beside the test module first, then in the working directory.
     """
     from pytest_lbr.bpf import BpfLoader  # type: ignore[import-not-found,unused-ignore]
+    from pytest_lbr.plugin.coverage import load_hook
 
-    loader = BpfLoader(request.path.parent)
+    loader = BpfLoader(request.path.parent, after_load=load_hook(request.config))
     try:
         yield loader
     finally:

@@ -19,7 +19,9 @@ from pytest_lbr.names import CoverageFormat, choices, parse_coverage_report
 from pytest_lbr.plugin.shared import is_worker, option, option_group
 
 if TYPE_CHECKING:
+    from pytest_lbr.bpf.harness import AfterLoad
     from pytest_lbr.coverage.collect import CoverageCollector
+    from pytest_lbr.coverage.exact import ExactCoverage
     from pytest_lbr.model import Trace
     from pytest_lbr.targets import Target
 
@@ -47,7 +49,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"also write coverage to PATH as FORMAT ({', '.join(choices(CoverageFormat))}); "
         "may be repeated",
     )
+    group.addoption(
+        "--lbr-cov-exact",
+        dest="lbr_cov_exact",
+        action="store_true",
+        default=None,
+        help="exact coverage: every program the bpf fixture loads runs with a counter per "
+        "basic block (exact line and branch counts on any runner; needs no --lbr)",
+    )
     parser.addini("lbr_cov", "default for --lbr-cov", type="bool")
+    parser.addini("lbr_cov_exact", "default for --lbr-cov-exact", type="bool")
     parser.addini(
         "lbr_cov_report", "default for --lbr-cov-report (FORMAT:PATH lines)", type="linelist"
     )
@@ -69,10 +80,13 @@ class CoverageSession:
         self.config = config
         reports = option(config, "lbr_cov_report") or []
         self.reports = [parse_report(r) for r in reports]
-        # A report asked for is coverage asked for.
-        self.enabled = bool(option(config, "lbr_cov") or reports)
+        #: Exact mode: the `bpf` fixture's programs run with counters.
+        self.exact_mode = bool(option(config, "lbr_cov_exact"))
+        # A report asked for, or exact mode, is coverage asked for.
+        self.enabled = bool(option(config, "lbr_cov") or reports or self.exact_mode)
         self.is_worker = is_worker(config)
         self._collector: CoverageCollector | None = None
+        self._exact: ExactCoverage | None = None
         #: The test running now (its node id; "" between tests): each trace's runs
         #: are kept under it too, "which tests ran this line".
         self.context = ""
@@ -83,8 +97,24 @@ class CoverageSession:
             from pytest_lbr.coverage.collect import CoverageCollector
 
             lbr_filter = option(self.config, "lbr_filter") or None
-            self._collector = CoverageCollector(every_branch=lbr_filter in (None, "any"))
+            self._collector = CoverageCollector(
+                every_branch=lbr_filter in (None, "any"),
+                counted=self.exact.ids if self.exact_mode else frozenset(),
+            )
         return self._collector
+
+    @property
+    def exact(self) -> ExactCoverage:
+        if self._exact is None:
+            from pytest_lbr.coverage.exact import ExactCoverage
+
+            self._exact = ExactCoverage()
+        return self._exact
+
+    def read_counts(self) -> None:
+        """Exact mode: add the counters' runs since the last read, to the test running."""
+        if self._exact is not None:
+            self._exact.read_into(self.collector.book, self.context)
 
     def watch(self, tracer: Any) -> None:
         """Collect every trace `tracer` finishes."""
@@ -102,6 +132,10 @@ class CoverageSession:
 
     def finish(self) -> None:
         """Workers send their coverage on; the rest write the report files and records."""
+        self.read_counts()
+        if self._exact is not None:
+            self.collector.problems.extend(self._exact.problems)
+            self._exact.close()
         if self._collector is None and not self.reports:
             return
         programs = self.collector.book.sorted()
@@ -162,6 +196,12 @@ def _coverage(config: pytest.Config) -> CoverageSession | None:
     return cov if cov is not None and cov.enabled else None
 
 
+def load_hook(config: pytest.Config) -> AfterLoad | None:
+    """What the `bpf` fixture runs after each load: exact mode's counters, or nothing."""
+    cov = _coverage(config)
+    return cov.exact.after_load if cov is not None and cov.exact_mode else None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[COVERAGE_KEY] = CoverageSession(config)
 
@@ -188,6 +228,7 @@ def pytest_runtest_protocol(
     try:
         return (yield)
     finally:
+        cov.read_counts()
         cov.context = ""
 
 

@@ -22,6 +22,8 @@ from pytest_lbr.results import Results
 __all__ = ["CoverageReports", "split_coverage_args"]
 
 _OPTION = "--lbr-cov-report"
+#: The options that ask the guests for coverage (exact mode is coverage too).
+_ASKS = {"--lbr-cov", "--lbr-cov-exact"}
 
 
 @dataclass
@@ -96,11 +98,11 @@ def split_coverage_args(args: Sequence[str]) -> tuple[list[str], CoverageReports
             value = arg.partition("=")[2]
         if value is None:
             guest.append(arg)
-            reports.enabled = reports.enabled or arg == "--lbr-cov"
+            reports.enabled = reports.enabled or arg in _ASKS
             continue
         fmt, path = parse_coverage_report(value)
         reports.files.append((fmt, Path(path)))
         reports.enabled = True
-    if reports.files and "--lbr-cov" not in guest:
+    if reports.files and not _ASKS & set(guest):
         guest.insert(0, "--lbr-cov")
     return guest, reports
