@@ -248,6 +248,9 @@ class CoverageRecord:
     #: its jumps (graph runs; LBR runs cut by the window or filtered). None: a record
     #: from before the field, read as "every run" (no direction is claimed never taken).
     unknown_direction_runs: int | None = None
+    #: Exact mode: runs of blocks with no line of their own (code the compiler merged
+    #: from several lines): while above 0, a line counted 0 may have run that way.
+    unattributed_runs: int = 0
     #: [name, file, line that declares it, its first line with code] per function
     #: (main first, subprograms, callbacks).
     functions: list[list[Any]] = field(default_factory=list)

@@ -32,6 +32,7 @@ from pytest_lbr.bytecode.instructions import CALL, LD_IMM64, PSEUDO_CALL, PSEUDO
 from pytest_lbr.bytecode.instrument import Instrumented, InstrumentError, instrument
 from pytest_lbr.programs.btf_ext import ObjectLines, RawLine, object_lines
 from pytest_lbr.programs.info import Btf, program_details
+from pytest_lbr.programs.inlined import InlinedCall, inlined_calls
 
 __all__ = ["CountedProgram", "count_object"]
 
@@ -85,6 +86,9 @@ class CountedProgram:
     function_names: tuple[str, ...]
     #: (instruction, file, line) of each line record, by original index.
     lines: tuple[tuple[int, str, int], ...]
+    #: (first, end, file, line): instructions [first, end) are an inlined copy of a
+    #: function called at file:line (the object's DWARF).
+    inlined: tuple[tuple[int, int, str, int], ...]
     layout: Instrumented
     map_fd: int
     #: The counted program's id.
@@ -132,6 +136,7 @@ def count_object(
     that cannot take them runs as it was: `on_problem` gets one line saying why."""
     try:
         found = object_lines(path)
+        calls = inlined_calls(path)
     except (OSError, ValueError) as exc:
         on_problem(f"{path.name}: its programs run without counters: {exc}")
         return {}
@@ -143,7 +148,7 @@ def count_object(
         if lib.bpf_program__fd(p) >= 0:
             try:
                 old_id = prog_info(lib.bpf_program__fd(p))[0].id
-                out[name] = _count(ptr, p, name, found)
+                out[name] = _count(ptr, p, name, found, calls)
                 replaced[old_id] = lib.bpf_program__fd(p)
             except (InstrumentError, BpfError, OSError, ValueError) as exc:
                 on_problem(f"{name} ({path.name}) runs without counters: {exc}")
@@ -153,7 +158,9 @@ def count_object(
     return out
 
 
-def _count(obj: int, p: int, name: str, found: ObjectLines) -> CountedProgram:
+def _count(
+    obj: int, p: int, name: str, found: ObjectLines, calls: tuple[InlinedCall, ...]
+) -> CountedProgram:
     old_fd = lib.bpf_program__fd(p)
     info, _ = prog_info(old_fd)
     if info.type in _NOT_COUNTED:
@@ -168,12 +175,18 @@ def _count(obj: int, p: int, name: str, found: ObjectLines) -> CountedProgram:
         names = tuple(btf.name(t) or "" for t in details.func_types)
     section = lib.bpf_program__section_name(p).decode()
     records: list[tuple[int, RawLine]] = []
+    inlined: list[tuple[int, int, str, int]] = []
     for k, (fname, start) in enumerate(zip(names, starts, strict=True)):
         sym = found.function(fname, section if k == 0 else None)
         end = starts[k + 1] if k + 1 < len(starts) else len(insns) // 8
         if sym is None or sym.count != end - start:
             raise InstrumentError(f"cannot find function {fname} in the object's symbols")
         records += [(start + r.insn, r) for r in found.lines_of(sym)]
+        inlined += [
+            (start + c.start - sym.insn, start + c.end - sym.insn, c.file, c.line)
+            for c in calls
+            if c.function == fname and sym.insn <= c.start < sym.insn + sym.count
+        ]
     flow = control_flow(insns, starts)
     value_size = 8 * (2 * len(flow.blocks) + 1)
     map_fd = lib.bpf_map_create(_MAP_TYPE_ARRAY, b"lbr_cov", 4, value_size, 1, None)
@@ -194,6 +207,7 @@ def _count(obj: int, p: int, name: str, found: ObjectLines) -> CountedProgram:
         tuple(starts),
         names,
         tuple((i, found.string(r.file_name_off), r.line) for i, r in sorted(records, key=_first)),
+        tuple(sorted(inlined)),
         layout,
         map_fd,
         prog_info(old_fd)[0].id,

@@ -38,6 +38,8 @@ class Counts:
     runs: int
     lines: Mapping[SourceLine, int]
     branches: Mapping[BranchKey, tuple[int, int]]
+    #: Runs of blocks with no line of their own.
+    unattributed: int = 0
 
 
 @dataclass
@@ -58,6 +60,10 @@ class ProgramCoverage:
     #: Runs (or passes through its code) whose records do not show every direction of
     #: its jumps (`RunEvidence.directions_known`).
     unknown_direction_runs: int = 0
+    #: Exact mode: runs of blocks of no known line (code the compiler merged from
+    #: several lines, which BTF gives none): while above 0, a line counted 0 may have
+    #: run that way, so it is "not observed", not "not run" (`all_runs_attributed`).
+    unattributed_runs: int = 0
     #: Function name -> (file, the line that declares it, its first line with code):
     #: main first, then subprograms and callbacks.
     functions: dict[str, tuple[str, int, int]] = field(default_factory=dict)
@@ -77,6 +83,12 @@ class ProgramCoverage:
         """Every run showed every direction its jumps took: a direction no run took
         was never taken (else only the directions taken are known)."""
         return self.runs > 0 and self.unknown_direction_runs == 0
+
+    @property
+    def all_runs_attributed(self) -> bool:
+        """Exact mode only: every counted run of every block went to a line, so a
+        line counted 0 did not run."""
+        return self.backends == {COUNTED} and self.unattributed_runs == 0
 
     def function_runs(self, name: str) -> int:
         """Runs that showed function `name` ran: the program's runs for its main
@@ -135,6 +147,7 @@ class ProgramCoverage:
             ctx.add_counts(counts, context=None)
         self.backends.add(COUNTED)
         self.runs += counts.runs
+        self.unattributed_runs += counts.unattributed
         for line, n in counts.lines.items():
             self.lines[line] = self.lines.get(line, 0) + n
             if n:
@@ -158,6 +171,7 @@ class ProgramCoverage:
         self.runs += other.runs
         self.cut_by_window += other.cut_by_window
         self.unknown_direction_runs += other.unknown_direction_runs
+        self.unattributed_runs += other.unattributed_runs
         for name, where in other.functions.items():
             self.functions.setdefault(name, where)
         self.tags |= other.tags
@@ -190,6 +204,7 @@ class ProgramCoverage:
         out.branches = {k: list(ctx.branches.get(k, (0, 0))) for k in self.branches}
         out.runs, out.cut_by_window = ctx.runs, ctx.cut_by_window
         out.unknown_direction_runs = ctx.unknown_direction_runs
+        out.unattributed_runs = ctx.unattributed_runs
         out.tags, out.backends = set(self.tags), set(ctx.backends)
         return out
 
@@ -219,6 +234,7 @@ class ProgramCoverage:
                 [f, ln, n, t, nt] for ((f, ln), n), (t, nt) in sorted(self.branches.items())
             ],
             "unknown_direction_runs": self.unknown_direction_runs,
+            "unattributed_runs": self.unattributed_runs,
             "functions": [[name, *where] for name, where in self.functions.items()],
             "contexts": {test: _context_record(ctx) for test, ctx in sorted(self.contexts.items())},
         }
@@ -240,6 +256,7 @@ class ProgramCoverage:
         unknown = data.get("unknown_direction_runs")
         # A record from before the field: its zeros were never proven.
         out.unknown_direction_runs = out.runs if unknown is None else int(unknown)
+        out.unattributed_runs = int(data.get("unattributed_runs", 0))
         for name, f, ln, first in data.get("functions", ()):
             out.functions[str(name)] = (str(f), int(ln), int(first))
         contexts = data.get("contexts")
@@ -261,6 +278,7 @@ def _context_record(ctx: ProgramCoverage) -> dict[str, Any]:
         "runs": ctx.runs,
         "cut_by_window": ctx.cut_by_window,
         "unknown_direction_runs": ctx.unknown_direction_runs,
+        "unattributed_runs": ctx.unattributed_runs,
         "lines": [row for row in record["lines"] if row[2]],
         "branches": [row for row in record["branches"] if row[3] or row[4]],
     }

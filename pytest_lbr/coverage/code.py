@@ -61,6 +61,10 @@ class ProgramCode:
     #: (address, target) of each conditional jump of the JIT image, in address order
     #: (empty where the image could not be read or disassembled).
     jumps: tuple[tuple[int, int], ...] = ()
+    #: (first, end, file, line): translated instructions [first, end) are an inlined
+    #: copy of a function called at file:line (from the object's DWARF; known only
+    #: where the instructions are the object's own: exact mode).
+    inlined: tuple[tuple[int, int, str, int], ...] = ()
 
     @functools.cached_property
     def flow(self) -> ControlFlow:
@@ -77,8 +81,9 @@ class ProgramCode:
 
     @functools.cached_property
     def lines(self) -> frozenset[SourceLine]:
-        """Every source line that has code in this program."""
-        return frozenset((r.file, r.line) for r in self.records if r.line)
+        """Every source line that has code in this program (inlined calls' lines too)."""
+        own = {(r.file, r.line) for r in self.records if r.line}
+        return frozenset(own | {(f, ln) for _, _, f, ln in self.inlined})
 
     @functools.cached_property
     def _by_jit(self) -> list[tuple[int, int]]:
@@ -176,10 +181,16 @@ class ProgramCode:
         return self._insn_lines[insn]
 
     def block_lines(self, block: int) -> set[SourceLine]:
-        """The source lines of a block's instructions."""
+        """The source lines of a block's instructions, and the lines that called the
+        inlined functions they are part of (where their own line is known: code
+        merged from several calls is no call's)."""
         blk = self.flow.blocks[block]
         lines = self._insn_lines
-        return {ln for i in range(blk.start, blk.end) if (ln := lines[i]) is not None}
+        out = {ln for i in range(blk.start, blk.end) if (ln := lines[i]) is not None}
+        for first, end, file, line in self.inlined:
+            if any(lines[i] is not None for i in range(max(first, blk.start), min(end, blk.end))):
+                out.add((file, line))
+        return out
 
     def to_json(self) -> dict[str, object]:
         """A JSON-able form (test data saved from a guest)."""
@@ -190,6 +201,7 @@ class ProgramCode:
             "functions": [[f.name, f.insn, f.jit_start, f.jit_end, f.line] for f in self.functions],
             "records": [[r.insn, r.jit, r.file, r.line] for r in self.records],
             "jumps": [list(j) for j in self.jumps],
+            "inlined": [list(c) for c in self.inlined],
         }
 
     @classmethod
@@ -198,6 +210,7 @@ class ProgramCode:
         funcs: list[list[object]] = data["functions"]  # type: ignore[assignment]
         records: list[list[object]] = data["records"]  # type: ignore[assignment]
         jumps: list[list[int]] = data.get("jumps", [])  # type: ignore[assignment]
+        inlined: list[list[object]] = data.get("inlined", [])  # type: ignore[assignment]
         return cls(
             str(data["name"]),
             str(data["tag"]),
@@ -205,6 +218,7 @@ class ProgramCode:
             tuple(Function(str(f[0]), *(int(x) for x in f[1:])) for f in funcs),  # type: ignore[call-overload]
             tuple(LineRecord(int(i), int(j), str(f), int(ln)) for i, j, f, ln in records),  # type: ignore[call-overload]
             tuple((a, t) for a, t in jumps),
+            tuple((int(a), int(b), str(f), int(ln)) for a, b, f, ln in inlined),  # type: ignore[call-overload]
         )
 
 

@@ -92,6 +92,7 @@ def program_code(c: CountedProgram) -> ProgramCode:
         c.insns,
         tuple(declared(fn, list(records)) for fn in functions),
         records,
+        inlined=tuple((a, b, source_path(f), ln) for a, b, f, ln in c.inlined),
     )
 
 
@@ -115,12 +116,15 @@ def counts_of(
     """What `delta` (each counter's runs) says of `code`'s lines and jumps."""
     layout, flow = c.layout, code.flow
     lines: dict[SourceLine, int] = dict.fromkeys(code.lines, 0)
+    unattributed = 0
     for b in range(len(flow.blocks)):
         n = delta[layout.block_counters[b]]
-        for line in code.block_lines(b):
+        own = code.block_lines(b)
+        unattributed += 0 if own else n
+        for line in own:
             lines[line] = max(lines.get(line, 0), n)
     branches: dict[BranchKey, tuple[int, int]] = {}
     for b, key in keys.items():
         fell = delta[layout.fall_counters[b]]
         branches[key] = (delta[layout.block_counters[b]] - fell, fell)
-    return Counts(delta[layout.block_counters[flow.entries[0]]], lines, branches)
+    return Counts(delta[layout.block_counters[flow.entries[0]]], lines, branches, unattributed)

@@ -83,8 +83,16 @@ def _notes(programs: Sequence[ProgramCoverage], known: dict[str, int]) -> list[s
         said.append(f"{known[COUNTED]} counted (exact mode's counters)")
     rest = "not observed"
     if programs and all(c.backends == {COUNTED} for c in programs):
-        said, rest = said[2:], "not run (the counters count every run)"
+        said = said[2:]
+        if all(c.all_runs_attributed for c in programs):
+            rest = "not run (the counters count every run)"
     out = [f"covered lines: {', '.join(said)}; the rest were {rest}"]
+    for cov in programs:
+        if cov.unattributed_runs:
+            out.append(
+                f"{cov.program}: {cov.unattributed_runs} block runs were of code of no one line "
+                "(the compiler merged it): a line counted 0 may have run there"
+            )
     for cov in programs:
         if cov.cut_by_window:
             out.append(

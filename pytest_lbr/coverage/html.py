@@ -112,7 +112,7 @@ def _source(cov: ProgramCoverage, file: str, base: Path) -> str:
         if how == COUNTED:
             label = f"counted {lines[n]}"
         if not lines[n]:  # counters see every run: what they did not count did not run
-            label = "not run" if cov.backends == {COUNTED} else "not observed"
+            label = "not run" if cov.all_runs_attributed else "not observed"
             cls = label.replace(" ", "-")
         rows.append(
             f'<tr class="{cls}"><td class="n">{n}</td><td class="how">{label}</td>'
