@@ -1,4 +1,4 @@
-"""Benchmark (guest): what `--lbr-cov` adds to a traced suite's time.
+"""Benchmark (guest): what `--lbr-cov` (or `--lbr-cov-exact`) adds to a traced suite's time.
 
 The suite is the examples (`pytest examples --lbr`), run whole in one guest
 boot, with and without `--lbr-cov` (each a fresh pytest process, as a user runs
@@ -18,7 +18,14 @@ trace's evidence) and the session's end (records, report files, the table).
 `added` is that run's time over its time less that work: what coverage adds.
 
 Writes the seconds of each run, both ratios and the coverage table's program
-count; `--runs N` takes N of each, in turns.
+count; `--runs N` takes N of each, in turns. `--mode exact` measures
+`--lbr --lbr-cov-exact` instead: its in-process work is the counted programs' loads
+(`ExactCoverage.after_load`: a second verification of each program) and the reads
+after each test; what the counters cost the programs while they run is in the wall
+time only (run against run).
+
+    pytest-lbr vm --kernel 6.12 --results /tmp/b --exec \
+        "python bench/coverage_cost.py --mode exact --out /tmp/b/6.12/coverage_exact.json"
 """
 
 from __future__ import annotations
@@ -64,9 +71,12 @@ def _timed(fn: Any) -> Any:
 def pytest_configure(config: Any) -> None:
     """Plugin half (`-p coverage_cost`): time coverage's own work in this session."""
     from pytest_lbr.coverage.collect import CoverageCollector
+    from pytest_lbr.coverage.exact import ExactCoverage
     from pytest_lbr.plugin.coverage import CoverageSession
 
     CoverageCollector.add = _timed(CoverageCollector.add)  # type: ignore[method-assign]
+    ExactCoverage.after_load = _timed(ExactCoverage.after_load)  # type: ignore[method-assign]
+    ExactCoverage.read_into = _timed(ExactCoverage.read_into)  # type: ignore[method-assign]
     CoverageSession.finish = _timed(CoverageSession.finish)  # type: ignore[method-assign]
     CoverageSession.summary = _timed(CoverageSession.summary)  # type: ignore[method-assign]
 
@@ -97,19 +107,25 @@ def _pytest(args: Sequence[str], spent: Path | None = None) -> tuple[float, str]
     return seconds, proc.stdout
 
 
-def run(runs: int, suite: str) -> dict[str, Any]:
-    _pytest([WARMUP, "-q", "--lbr", "--lbr-cov"])
+#: The coverage option of each mode.
+MODES = {"trace": "--lbr-cov", "exact": "--lbr-cov-exact"}
+
+
+def run(runs: int, suite: str, mode: str = "trace") -> dict[str, Any]:
+    option = MODES[mode]
+    _pytest([WARMUP, "-q", "--lbr", option])
     times: dict[str, list[float]] = {"coverage": [], "traced": [], "spent": []}
     programs = 0
     spent = Path(tempfile.mkdtemp()) / "spent"
     for _ in range(runs):
-        seconds, out = _pytest([suite, "-q", "--lbr", "--lbr-cov"], spent)
+        seconds, out = _pytest([suite, "-q", "--lbr", option], spent)
         times["coverage"].append(seconds)
         times["spent"].append(float(spent.read_text()))
         programs = sum(1 for line in out.splitlines() if ".bpf.c" in line)
         times["traced"].append(_pytest([suite, "-q", "--lbr"])[0])
     rest = [c - s for c, s in zip(times["coverage"], times["spent"], strict=True)]
     return {
+        "mode": mode,
         "suite": suite,
         "seconds": times,
         "ratio": ratio(times["coverage"], times["traced"]),
@@ -122,12 +138,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, runs=1)
     parser.add_argument("--suite", default="examples", help="what pytest runs (default examples)")
+    parser.add_argument(
+        "--mode", choices=sorted(MODES), default="trace", help="coverage from traces or counters"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    data = run(args.runs, args.suite)
+    data = run(args.runs, args.suite, args.mode)
     save_json(args.out, data)
     print(
         f"coverage / traced: {data['ratio']:.3f}; coverage's own work added "

@@ -51,6 +51,8 @@ BISECT_MD = BENCH / "RESULTS-bisect.md"
 COVERAGE_JSON = BENCH / "RESULTS-coverage.json"
 #: What --lbr-cov may add to a traced suite's time.
 TARGET_COVERAGE = 1.10
+#: What --lbr-cov-exact may cost against the traced suite without coverage (issue 51).
+TARGET_EXACT = 1.20
 PY = sys.executable
 
 #: Targets from issue 7 (ratios measured in the same run).
@@ -491,6 +493,17 @@ def render(
             verdict(r, TARGET_COVERAGE),
             "coverage",
         )
+    for kernel, run in sorted((coverage or {}).get("exact", {}).items()):
+        # Judged run against run: the counters' cost is in the programs' own runs,
+        # which no in-process timer sees.
+        r = run.get("ratio")
+        add(
+            f"--lbr-cov-exact on the traced examples ({kernel})",
+            f"<= {TARGET_EXACT:.2f}x the traced suite",
+            f"{fmt_ratio(r, 3)} (run against run; its own work {fmt_ratio(run.get('added'), 3)})",
+            verdict(r, TARGET_EXACT),
+            "coverage",
+        )
 
     out = [
         "# pytest-lbr benchmarks",
@@ -565,6 +578,46 @@ def _coverage_section(data: dict[str, Any] | None) -> list[str]:
         ),
         "",
         *([data["note"], ""] if data.get("note") else []),
+        *_exact_rows(data.get("exact", {})),
+    ]
+
+
+def _exact_rows(exact: dict[str, Any]) -> list[str]:
+    """`bench/coverage_cost.py --mode exact`: the same suite with `--lbr-cov-exact`."""
+    if not exact:
+        return []
+    rows = [
+        [
+            kernel,
+            run["machine"]["date"],
+            fmt_stat(run["seconds"]["traced"], 1),
+            fmt_stat(run["seconds"]["coverage"], 1),
+            fmt_ratio(run["ratio"], 3),
+            fmt_stat(run["seconds"].get("spent"), 2),
+            fmt_ratio(run.get("added"), 3),
+        ]
+        for kernel, run in sorted(exact.items())
+    ]
+    return [
+        "Exact mode (`bench/coverage_cost.py --mode exact`, its own run in each guest): the "
+        "same suite with `--lbr --lbr-cov-exact` against `--lbr`. Its own work is the "
+        "counted programs' second load (a second verification each) and the reads after "
+        "each test; the counters' cost inside the programs' runs shows only run against "
+        "run, which judges the target.",
+        "",
+        markdown_table(
+            [
+                "kernel",
+                "when",
+                "--lbr",
+                "--lbr --lbr-cov-exact",
+                "run against run",
+                "exact mode's own work",
+                "added",
+            ],
+            rows,
+        ),
+        "",
     ]
 
 

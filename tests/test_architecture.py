@@ -322,3 +322,39 @@ def test_no_module_imports_another_modules_private_names() -> None:
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         found.append(f"{path.relative_to(PACKAGE.parent)}: {alias.name}")
     assert not found, found
+
+
+#: A BPF opcode written as a number (an instruction's `code` compared, masked or set
+#: to it), or an opcode constant defined: `bytecode.instructions` has them.
+_OPCODE = re.compile(
+    r"\b(?:code|op|opcode)\s*(?:==|!=|&|=|in)\s*[({]?\s*0x[0-9a-fA-F]{2}\b"
+    r"|^\s*_?(?:BPF_)?(?:CLASS|OP|JMP|ALU|LD|ST|MODE|CALL|EXIT|PSEUDO)\w*\s*=\s*0x",
+    re.M,
+)
+#: Building control flow: blocks, dominators, liveness (`bytecode.flow`, `bytecode.instrument`).
+_FLOW = re.compile(
+    r"^\s*(?:def \w*(?:dominator|basic_block|live_in|liveness)\w*|class Block\b)", re.M
+)
+
+
+#: Modules that decode x86-64 machine code (the JIT's output), whose opcodes are not BPF's.
+_MACHINE_CODE = {"symbols/code_shapes.py"}
+
+
+def test_bpf_instruction_knowledge_lives_in_bytecode() -> None:
+    """Issue 52: no opcode number or control-flow construction outside `bytecode/`."""
+    found = [
+        f"{p.relative_to(PACKAGE.parent)}:{text[: m.start()].count(chr(10)) + 1}: {m[0].strip()}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if "bytecode" not in p.relative_to(PACKAGE).parts
+        and str(p.relative_to(PACKAGE)) not in _MACHINE_CODE
+        for text in [p.read_text()]
+        for pattern in (_OPCODE, _FLOW)
+        for m in pattern.finditer(text)
+    ]
+    assert not found, "BPF instruction knowledge outside bytecode/:\n" + "\n".join(found)
+
+
+def test_the_bytecode_check_finds_a_planted_opcode(tmp_path) -> None:
+    planted = "CALL_OPCODE = 0x85\nif insn.code == 0x95:\n    pass\ndef _dominators(x):\n    pass\n"
+    assert len(_OPCODE.findall(planted)) == 2 and len(_FLOW.findall(planted)) == 1

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pytest_lbr.bpf.libbpf import BpfError, bpf_func_info, bpf_line_info, lib, prog_info
 from pytest_lbr.bytecode.flow import ControlFlow, control_flow
-from pytest_lbr.bytecode.instructions import CALL, LD_IMM64, PSEUDO_CALL, PSEUDO_FUNC, decode_insns
+from pytest_lbr.bytecode.instructions import function_starts
 from pytest_lbr.bytecode.instrument import Instrumented, InstrumentError, instrument
 from pytest_lbr.programs.btf_ext import ObjectLines, RawLine, object_lines
 from pytest_lbr.programs.info import Btf, program_details
@@ -167,7 +167,7 @@ def _count(
         raise InstrumentError(f"a {_NOT_COUNTED[info.type]} program is not counted")
     raw = lib.bpf_program__insns(p)
     insns = ctypes.string_at(raw, lib.bpf_program__insn_cnt(p) * 8) if raw else b""
-    starts = _function_starts(insns)
+    starts = function_starts(insns)
     details = program_details(old_fd)
     if len(details.func_types) != len(starts):
         raise InstrumentError("its BTF function records do not match its functions")
@@ -217,17 +217,6 @@ def _count(
 
 def _first(item: tuple[int, RawLine]) -> int:
     return item[0]
-
-
-def _function_starts(insns: bytes) -> list[int]:
-    """The main function and every subprogram or callback it calls or names."""
-    starts = {0}
-    for i, ins in enumerate(decode_insns(insns)):
-        if (ins.code == CALL and ins.src == PSEUDO_CALL) or (
-            ins.code == LD_IMM64 and ins.src == PSEUDO_FUNC
-        ):
-            starts.add(i + 1 + ins.imm)
-    return sorted(starts)
 
 
 def _load(

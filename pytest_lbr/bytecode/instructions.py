@@ -26,6 +26,7 @@ __all__ = [
     "XlatedCall",
     "decode_insns",
     "ends_block",
+    "function_starts",
     "helper_call_ids",
     "is_call",
     "is_jit_call",
@@ -113,6 +114,19 @@ def ends_block(ins: Insn) -> bool:
     this one did (a tail call that succeeds does not come back)."""
     cls, op = ins.code & 0x07, ins.code & 0xF0
     return (cls in (CLASS_JMP, CLASS_JMP32) and op != OP_CALL) or is_tail_call(ins)
+
+
+def function_starts(raw: bytes) -> list[int]:
+    """Where an object's functions start, in order: the main one (0) and every target
+    of a subprogram call or of a function address load (`ld_imm64` with
+    BPF_PSEUDO_FUNC): the order the kernel's func_info lists them."""
+    starts = {0}
+    for i, ins in enumerate(decode_insns(raw)):
+        if (ins.code == CALL and ins.src == PSEUDO_CALL) or (
+            ins.code == LD_IMM64 and ins.src == PSEUDO_FUNC
+        ):
+            starts.add(i + 1 + ins.imm)
+    return sorted(starts)
 
 
 def helper_call_ids(raw: bytes) -> list[int]:

@@ -25,9 +25,9 @@ from ..bpf.libbpf import BpfError
 from ..bytecode.instructions import (
     CALL,
     LD_IMM64,
-    PSEUDO_CALL,
     PSEUDO_FUNC,
     decode_insns,
+    function_starts,
     helper_call_ids,
     xlated_calls,
 )
@@ -217,13 +217,8 @@ def callbacks(insns: bytes) -> tuple[list[int], dict[int, int]]:
     function.
     """
     decoded = decode_insns(insns)
-    starts = {0}
-    for k, insn in enumerate(decoded):
-        if insn.code == CALL and insn.src == PSEUDO_CALL:
-            starts.add(k + insn.imm + 1)
-        elif insn.code == LD_IMM64 and insn.src == PSEUDO_FUNC:
-            starts.add(k + insn.imm + 1)
-    ordered = sorted(starts)
+    ordered = function_starts(insns)
+    starts = set(ordered)
     out: dict[int, int] = {}
     pending: list[int] = []  # function addresses loaded and not yet passed to a call
     call = 0

@@ -90,10 +90,9 @@ def test_jumps_land_on_the_counter_that_opens_their_block(
 
     from pytest_lbr.bpf.libbpf import lib
     from pytest_lbr.bytecode.instructions import (
-        CALL,
         LD_IMM64,
-        PSEUDO_CALL,
         decode_insns,
+        function_starts,
         successors,
     )
 
@@ -101,14 +100,7 @@ def test_jumps_land_on_the_counter_that_opens_their_block(
     prog = plain.programs["many_arms"]
     raw = lib.bpf_program__insns(prog._ptr)  # noqa: SLF001 -- libbpf's own instructions
     insns = ctypes.string_at(raw, lib.bpf_program__insn_cnt(prog._ptr) * 8)  # noqa: SLF001
-    starts = sorted(
-        {0}
-        | {
-            i + 1 + ins.imm
-            for i, ins in enumerate(decode_insns(insns))
-            if ins.code == CALL and ins.src == PSEUDO_CALL
-        }
-    )
+    starts = function_starts(insns)
     flow = control_flow(insns, starts)
     layout = instrument(insns, flow, map_fd=7)
     new = decode_insns(layout.insns)
