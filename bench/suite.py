@@ -535,21 +535,26 @@ def render(
     return "\n".join(out).rstrip() + "\n"
 
 
+def _cost_cells(kernel: str, run: dict[str, Any]) -> list[Any]:
+    """A coverage_cost.py run's cells: kernel, when, both runs' seconds, their ratio,
+    coverage's own work and what it added."""
+    return [
+        kernel,
+        run["machine"]["date"],
+        fmt_stat(run["seconds"]["traced"], 1),
+        fmt_stat(run["seconds"]["coverage"], 1),
+        fmt_ratio(run["ratio"], 3),
+        fmt_stat(run["seconds"].get("spent"), 2),
+        fmt_ratio(run.get("added"), 3),
+    ]
+
+
 def _coverage_section(data: dict[str, Any] | None) -> list[str]:
     out = ["## 7. Coverage cost (6.1 and 6.12 guests)", ""]
     if not data:
         return [*out, "Not run.", ""]
     rows = [
-        [
-            kernel,
-            run["machine"]["date"],
-            fmt_stat(run["seconds"]["traced"], 1),
-            fmt_stat(run["seconds"]["coverage"], 1),
-            fmt_ratio(run["ratio"], 3),
-            fmt_stat(run["seconds"].get("spent"), 2),
-            fmt_ratio(run.get("added"), 3),
-            run["programs_in_table"],
-        ]
+        [*_cost_cells(kernel, run), run["programs_in_table"]]
         for kernel, run in sorted(data["kernels"].items())
     ]
     return [
@@ -586,18 +591,7 @@ def _exact_rows(exact: dict[str, Any]) -> list[str]:
     """`bench/coverage_cost.py --mode exact`: the same suite with `--lbr-cov-exact`."""
     if not exact:
         return []
-    rows = [
-        [
-            kernel,
-            run["machine"]["date"],
-            fmt_stat(run["seconds"]["traced"], 1),
-            fmt_stat(run["seconds"]["coverage"], 1),
-            fmt_ratio(run["ratio"], 3),
-            fmt_stat(run["seconds"].get("spent"), 2),
-            fmt_ratio(run.get("added"), 3),
-        ]
-        for kernel, run in sorted(exact.items())
-    ]
+    rows = [_cost_cells(kernel, run) for kernel, run in sorted(exact.items())]
     return [
         "Exact mode (`bench/coverage_cost.py --mode exact`, its own run in each guest): the "
         "same suite with `--lbr --lbr-cov-exact` against `--lbr`. Its own work is the "

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_lbr.bpf.libbpf import BpfError, bpf_func_info, bpf_line_info, lib, prog_info
-from pytest_lbr.bytecode.flow import ControlFlow, control_flow
+from pytest_lbr.bytecode.flow import ControlFlow, control_flow, without_constants
 from pytest_lbr.bytecode.instructions import function_starts
 from pytest_lbr.bytecode.instrument import Instrumented, InstrumentError, instrument
 from pytest_lbr.programs.btf_ext import ObjectLines, RawLine, object_lines
@@ -79,7 +80,7 @@ class CountedProgram:
     name: str
     #: The kernel's tag of the program as written (before counters).
     tag: str
-    #: libbpf's instructions (original indices), their flow and function starts.
+    #: libbpf's instructions (original indices) and where its functions start.
     insns: bytes
     function_starts: tuple[int, ...]
     #: Function names by start, main first (BTF's names).
@@ -96,10 +97,6 @@ class CountedProgram:
     #: The counters' map value, in bytes.
     value_size: int
     _last: list[int] = field(default_factory=list)
-
-    @property
-    def flow(self) -> ControlFlow:
-        return control_flow(self.insns, self.function_starts)
 
     def read(self) -> list[int]:
         """Every counter's runs since the last read (raises BpfError)."""
@@ -135,8 +132,8 @@ def count_object(
     counters, in place of the original; program name -> its counts. A program
     that cannot take them runs as it was: `on_problem` gets one line saying why."""
     try:
-        found = object_lines(path)
-        calls = inlined_calls(path)
+        st = path.stat()
+        found, calls = _object_facts(str(path), st.st_mtime_ns, st.st_size)
     except (OSError, ValueError) as exc:
         on_problem(f"{path.name}: its programs run without counters: {exc}")
         return {}
@@ -156,6 +153,23 @@ def count_object(
     if replaced:
         _point_program_arrays(ptr, replaced)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _object_facts(
+    path: str, mtime_ns: int, size: int
+) -> tuple[ObjectLines, tuple[InlinedCall, ...]]:
+    """An object's line records and inlined calls, read once per version of the file
+    (a test that loads its program per test loads the same object again and again:
+    reading its DWARF was most of the counted load's time)."""
+    return object_lines(path), inlined_calls(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _flow(shape: bytes, starts: tuple[int, ...]) -> ControlFlow:
+    """The control flow of a program's code without its maps' fds (new at every load
+    of the same object), worked out once."""
+    return control_flow(shape, starts)
 
 
 def _count(
@@ -187,7 +201,7 @@ def _count(
             for c in calls
             if c.function == fname and sym.insn <= c.start < sym.insn + sym.count
         ]
-    flow = control_flow(insns, starts)
+    flow = _flow(without_constants(insns), tuple(starts))
     value_size = 8 * (2 * len(flow.blocks) + 1)
     map_fd = lib.bpf_map_create(_MAP_TYPE_ARRAY, b"lbr_cov", 4, value_size, 1, None)
     if map_fd < 0:

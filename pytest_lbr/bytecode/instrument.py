@@ -33,6 +33,7 @@ from pytest_lbr.bytecode.instructions import (
     PSEUDO_CALL,
     PSEUDO_FUNC,
     Insn,
+    decode_insns,
     successors,
 )
 
@@ -168,10 +169,11 @@ def _is_conditional(ins: Insn) -> bool:
 
 
 def instrument(insns: bytes, flow: ControlFlow, map_fd: int) -> Instrumented:
-    """`insns` (whose control flow is `flow`, with every function start) with a
-    counter in map `map_fd`'s value at each block start and each conditional jump's
-    fall-through. Raises InstrumentError when a jump would no longer reach."""
-    decoded = flow.insns
+    """`insns` (whose control flow is `flow`, with every function start; worked out
+    from the same code, its 64-bit loads' values aside) with a counter in map
+    `map_fd`'s value at each block start and each conditional jump's fall-through.
+    Raises InstrumentError when a jump would no longer reach."""
+    decoded = decode_insns(insns)  # not flow.insns: its 64-bit loads may be zeroed
     live = _live_in(flow)
     slot = _stack_depth(flow) - 16  # two spill slots below anything the program uses
     counters = 0

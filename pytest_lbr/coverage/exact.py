@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pytest_lbr.bpf.counted import CountedProgram, count_object
 from pytest_lbr.bpf.libbpf import BpfError
+from pytest_lbr.bytecode.flow import without_constants
 from pytest_lbr.coverage.book import Counts, CoverageBook
 from pytest_lbr.coverage.code import Function, LineRecord, ProgramCode, SourceLine
 from pytest_lbr.coverage.evidence import BranchKey
@@ -44,8 +45,8 @@ class ExactCoverage:
         the instructions it now runs."""
         counted = count_object(ptr, Path(path), self._problem)
         for c in counted.values():
-            code = program_code(c)
-            self._programs.append((c, code, branch_keys(code, c)))
+            code, keys = _code_and_keys(c)
+            self._programs.append((c, code, keys))
             self.ids.add(c.prog_id)
         return {name: c.layout.insns for name, c in counted.items()}
 
@@ -76,6 +77,33 @@ class ExactCoverage:
     def _problem(self, text: str) -> None:
         if text not in self.problems:
             self.problems.append(text)
+
+
+def _code_and_keys(c: CountedProgram) -> tuple[ProgramCode, dict[int, BranchKey]]:
+    """`program_code` and `branch_keys` of `c`, worked out once per shape: the same
+    object loaded again differs only in its maps' fds, which neither depends on."""
+    shape = (
+        without_constants(c.insns),
+        c.function_starts,
+        c.function_names,
+        c.lines,
+        c.inlined,
+        c.tag,
+        c.layout.block_counters,
+        tuple(sorted(c.layout.fall_counters.items())),
+    )
+    found = _SHAPES.get(shape)
+    if found is None:
+        code = program_code(c)
+        found = _SHAPES[shape] = (code, branch_keys(code, c))
+        while len(_SHAPES) > _MAX_SHAPES:
+            del _SHAPES[next(iter(_SHAPES))]
+    return found
+
+
+#: Programs' code and branch keys by shape (`_code_and_keys`), the oldest let go first.
+_SHAPES: dict[tuple[object, ...], tuple[ProgramCode, dict[int, BranchKey]]] = {}
+_MAX_SHAPES = 64
 
 
 def program_code(c: CountedProgram) -> ProgramCode:
