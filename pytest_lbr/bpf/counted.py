@@ -260,7 +260,7 @@ def _load(
     log = ctypes.create_string_buffer(_LOG_SIZE)
     opts = _LoadOpts(sz=ctypes.sizeof(_LoadOpts))
     opts.expected_attach_type = lib.bpf_program__expected_attach_type(p)
-    opts.prog_flags = lib.bpf_program__flags(p)
+    opts.prog_flags = lib.bpf_program__flags(p) | _sleepable(p)
     opts.prog_btf_fd = lib.bpf_object__btf_fd(obj)
     opts.func_info, opts.func_info_cnt = ctypes.addressof(funcs), len(starts)
     opts.func_info_rec_size = ctypes.sizeof(bpf_func_info)
@@ -298,6 +298,20 @@ def _load(
         tail = f" ({said[-1]})" if said else ""
         raise BpfError(-fd, f"the verifier refused it with counters{tail}")
     return int(fd)
+
+
+#: BPF_F_SLEEPABLE; BPF_PROG_TYPE_SYSCALL, which the kernel loads only sleepable.
+_SLEEPABLE, _SYSCALL_PROG = 1 << 4, 31
+
+
+def _sleepable(p: int) -> int:
+    """BPF_F_SLEEPABLE where libbpf set it at load: it does so by section
+    (`fentry.s/`, `lsm.s/`, `uprobe.s/`..., and `syscall`), not in the flags
+    `bpf_program__flags` returns."""
+    section = lib.bpf_program__section_name(p).decode()
+    kind = section.split("/", 1)[0]
+    sleeps = kind.endswith(".s") or ".s." in kind or lib.bpf_program__type(p) == _SYSCALL_PROG
+    return _SLEEPABLE if sleeps else 0
 
 
 def _point_program_arrays(obj: int, replaced: dict[int, int]) -> None:

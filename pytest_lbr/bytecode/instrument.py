@@ -69,6 +69,8 @@ class Instrumented:
     #: Original instruction index -> where its line record goes now (the counter
     #: opening its block, or the instruction itself).
     record_at: tuple[int, ...]
+    #: Counters that spill registers (no two were free where they count).
+    spilled: int = 0
 
     def function_starts(self, starts: Sequence[int]) -> list[int]:
         """Where the functions starting at `starts` (original indices) start now."""
@@ -148,6 +150,42 @@ def _live_in(flow: ControlFlow) -> list[frozenset[int]]:
     return live
 
 
+#: Registers set at a function's entry as the verifier sees them: the context in r1
+#: of the main function, the frame pointer everywhere (a subprogram's or callback's
+#: arguments may be unset: its caller's business).
+_MAIN_ENTRY, _SUB_ENTRY = frozenset({1, _FP}), frozenset({_FP})
+_ALL = frozenset(range(11))
+
+
+def _set_in(flow: ControlFlow) -> list[frozenset[int]]:
+    """Registers set on every path to each block's first instruction (forward data
+    flow). A call or a packet load leaves r1-r5 unset (the verifier marks them so),
+    so a register a later call only seems to read (a helper of fewer arguments) is
+    not one a counter may spill: spilling an unset register is refused."""
+    succ = _block_successors(flow)
+    entries = {e: (_MAIN_ENTRY if k == 0 else _SUB_ENTRY) for k, e in enumerate(flow.entries)}
+    set_in: list[frozenset[int]] = [entries.get(b, _ALL) for b in range(len(flow.blocks))]
+    changed = True
+    while changed:
+        changed = False
+        for b, blk in enumerate(flow.blocks):
+            regs = set_in[b]
+            for i in range(blk.start, blk.end):
+                if flow.block_of[i] < 0:
+                    continue
+                ins = flow.insns[i]
+                uses, defs = _uses_defs(ins)
+                if defs == _CALLER_SAVED:  # a call, a packet load: r1-r5 unset after it
+                    regs = (regs - _ARGS) | {0}
+                else:
+                    regs = regs | defs
+            for s in succ[b]:
+                meet = set_in[s] & regs
+                if meet != set_in[s]:
+                    set_in[s], changed = meet, True
+    return set_in
+
+
 def _stack_depth(flow: ControlFlow) -> int:
     """The deepest stack offset any instruction may reach (a negative multiple of 8):
     frame-pointer offsets, and any negative constant added to a register (a pointer
@@ -174,18 +212,23 @@ def instrument(insns: bytes, flow: ControlFlow, map_fd: int) -> Instrumented:
     `map_fd`'s value at each block start and each conditional jump's fall-through.
     Raises InstrumentError when a jump would no longer reach."""
     decoded = decode_insns(insns)  # not flow.insns: its 64-bit loads may be zeroed
-    live = _live_in(flow)
+    live, is_set = _live_in(flow), _set_in(flow)
     slot = _stack_depth(flow) - 16  # two spill slots below anything the program uses
-    counters = 0
+    counters = spilled = 0
     block_counters = [-1] * len(flow.blocks)
     fall_counters: dict[int, int] = {}
     before: dict[int, list[bytes]] = {}  # instruction -> code put before it
     opens: dict[int, int] = {}  # instruction -> where its block's counter starts (in slots)
 
     def count(at: int, counter: int, block: int) -> list[bytes]:
+        nonlocal spilled
         free = [r for r in range(10) if r not in live[block]][:2]
-        spill = [r for r in range(1, 10) if r not in free][: 2 - len(free)]
+        spill = [r for r in range(1, 10) if r not in free and r in is_set[block]]
+        spill = spill[: 2 - len(free)]
+        if len(free) + len(spill) < 2:
+            raise InstrumentError("no register to count with at one of its blocks")
         a, c = (free + spill)[:2]
+        spilled += bool(spill)
         if spill and slot < -_MAX_STACK:
             raise InstrumentError(
                 f"no stack left to spill registers into (it uses {-slot - 16} of 512 bytes)"
@@ -239,4 +282,6 @@ def instrument(insns: bytes, flow: ControlFlow, map_fd: int) -> Instrumented:
             raw[4:8] = struct.pack("<i", land[i + 1 + ins.imm] - pos[i] - 1)
         out += raw
     record_at = tuple(land[i] if i in opens else pos[i] for i in range(len(decoded)))
-    return Instrumented(bytes(out), tuple(block_counters), fall_counters, counters, record_at)
+    return Instrumented(
+        bytes(out), tuple(block_counters), fall_counters, counters, record_at, spilled
+    )
