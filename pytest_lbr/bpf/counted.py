@@ -31,9 +31,9 @@ from pytest_lbr.bpf.libbpf import BpfError, bpf_func_info, bpf_line_info, lib, p
 from pytest_lbr.bytecode.flow import ControlFlow, control_flow, without_constants
 from pytest_lbr.bytecode.instructions import function_starts
 from pytest_lbr.bytecode.instrument import Instrumented, InstrumentError, instrument
-from pytest_lbr.programs.btf_ext import ObjectLines, RawLine, object_lines
+from pytest_lbr.programs.btf_ext import ObjectLines, RawLine
 from pytest_lbr.programs.info import Btf, program_details
-from pytest_lbr.programs.inlined import InlinedCall, inlined_calls
+from pytest_lbr.programs.inlined import InlinedCall, object_facts
 
 __all__ = ["CountedProgram", "count_object"]
 
@@ -132,8 +132,7 @@ def count_object(
     counters, in place of the original; program name -> its counts. A program
     that cannot take them runs as it was: `on_problem` gets one line saying why."""
     try:
-        st = path.stat()
-        found, calls = _object_facts(str(path), st.st_mtime_ns, st.st_size)
+        found, calls = object_facts(path)
     except (OSError, ValueError) as exc:
         on_problem(f"{path.name}: its programs run without counters: {exc}")
         return {}
@@ -153,16 +152,6 @@ def count_object(
     if replaced:
         _point_program_arrays(ptr, replaced)
     return out
-
-
-@functools.lru_cache(maxsize=64)
-def _object_facts(
-    path: str, mtime_ns: int, size: int
-) -> tuple[ObjectLines, tuple[InlinedCall, ...]]:
-    """An object's line records and inlined calls, read once per version of the file
-    (a test that loads its program per test loads the same object again and again:
-    reading its DWARF was most of the counted load's time)."""
-    return object_lines(path), inlined_calls(path)
 
 
 @functools.lru_cache(maxsize=64)

@@ -45,7 +45,7 @@ from pytest_lbr.bpf.links import (
 )
 from pytest_lbr.bpf.maps import Map
 from pytest_lbr.bpf.netns import call_in
-from pytest_lbr.programs.written import remember_written
+from pytest_lbr.programs.written import remember_loaded_from, remember_written
 
 __all__ = [
     "PERF_EVENTS",
@@ -166,6 +166,9 @@ class Program(NetAttach):
             written = ctypes.string_at(insns, lib.bpf_program__insn_cnt(ptr) * 8)
         if written:
             remember_written(self.id, written)
+        path = getattr(obj, "path", None)
+        if path is not None:
+            remember_loaded_from(self.id, str(path), self.name)
 
     @property
     def fd(self) -> int:

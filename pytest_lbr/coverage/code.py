@@ -62,8 +62,8 @@ class ProgramCode:
     #: (empty where the image could not be read or disassembled).
     jumps: tuple[tuple[int, int], ...] = ()
     #: (first, end, file, line): translated instructions [first, end) are an inlined
-    #: copy of a function called at file:line (from the object's DWARF; known only
-    #: where the instructions are the object's own: exact mode).
+    #: copy of a function called at file:line (from the object's DWARF: known for
+    #: programs of the `bpf` fixture).
     inlined: tuple[tuple[int, int, str, int], ...] = ()
 
     @functools.cached_property
@@ -179,6 +179,10 @@ class ProgramCode:
     def line_at(self, insn: int) -> SourceLine | None:
         """The source line of translated instruction `insn` (None: not known)."""
         return self._insn_lines[insn]
+
+    def calls_at(self, insn: int) -> set[SourceLine]:
+        """The lines that called the inlined functions whose code `insn` is part of."""
+        return {(f, ln) for first, end, f, ln in self.inlined if first <= insn < end}
 
     def block_lines(self, block: int) -> set[SourceLine]:
         """The source lines of a block's instructions, and the lines that called the

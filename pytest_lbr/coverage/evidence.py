@@ -121,6 +121,7 @@ def lbr_run(
         line = code.line_of(k)
         if line is not None and (first in ran or any(s <= first <= e for s, e in spans)):
             ev.executed.add(line)
+            ev.executed.update(code.calls_at(code.records[k].insn))  # inlined: its caller
     _directions(code, ev, taken, spans)
     ev.directions_known = ev.entered and every_branch
     _prove(code, ev, _proven_blocks(code, executed, calls_only=False))

@@ -53,7 +53,46 @@ def read_code(fd: int, arch: str) -> ProgramCode:
         jumps = _conditional_jumps(image, functions, arch)
     name = functions[0].name if functions else d.name  # BTF's, not the kernel's 15 bytes
     functions = [declared(fn, records) for fn in functions]
-    return ProgramCode(name, d.tag, xlated, tuple(functions), tuple(records), jumps)
+    inlined = _inlined(d.id, functions, records, len(xlated) // 8)
+    return ProgramCode(name, d.tag, xlated, tuple(functions), tuple(records), jumps, inlined)
+
+
+def _inlined(
+    prog_id: int, functions: list[Function], records: list[LineRecord], count: int
+) -> tuple[tuple[int, int, str, int], ...]:
+    """The inlined calls of a program the `bpf` fixture loaded, by translated
+    instruction: the object's DWARF gives each inlined copy's range in the object's
+    instructions, and its line records (`.BTF.ext`) are the kernel's, one for one and
+    in order, so a copy's records are the kernel's records of the same rank. Where
+    they do not match (the verifier removed code, and its records), none is told."""
+    from pytest_lbr.programs.inlined import object_facts
+    from pytest_lbr.programs.lines import source_path
+    from pytest_lbr.programs.written import loaded_from
+
+    where = loaded_from(prog_id)
+    if where is None:
+        return ()
+    try:
+        found, calls = object_facts(where[0])
+    except (OSError, ValueError):
+        return ()
+    out = []
+    for f, fn in enumerate(functions):
+        sym = found.function(fn.name)
+        mine = [c for c in calls if c.function == fn.name] if sym is not None else []
+        if sym is None or not mine:
+            continue
+        end = functions[f + 1].insn if f + 1 < len(functions) else count
+        kernel = [k for k, r in enumerate(records) if fn.insn <= r.insn < end]
+        theirs = found.lines_of(sym)
+        if [r.line for r in theirs] != [records[k].line for k in kernel]:
+            continue
+        for c in mine:
+            for r, k in zip(theirs, kernel, strict=True):
+                if c.start <= sym.insn + r.insn < c.end:
+                    stop = records[k + 1].insn if k + 1 < len(records) else count
+                    out.append((records[k].insn, min(stop, end), source_path(c.file), c.line))
+    return tuple(sorted(out))
 
 
 #: How far above its first statement a function's declaration may be (a long

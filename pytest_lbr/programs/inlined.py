@@ -13,12 +13,15 @@ Tested by tests/programs/test_inlined.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InlinedCall", "inlined_calls"]
+from pytest_lbr.programs.btf_ext import ObjectLines, object_lines
+
+__all__ = ["InlinedCall", "inlined_calls", "object_facts"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,21 @@ def inlined_calls(path: str | os.PathLike[str]) -> tuple[InlinedCall, ...]:
         except (DWARFError, ELFError, KeyError, IndexError, ValueError):
             return tuple(out)  # what could be read: a malformed rest adds nothing
     return tuple(out)
+
+
+def object_facts(path: str | os.PathLike[str]) -> tuple[ObjectLines, tuple[InlinedCall, ...]]:
+    """An object's line records and inlined calls, read once per version of the file
+    (a test that loads its program per test loads the same object again and again;
+    raises OSError, ValueError)."""
+    st = os.stat(path)
+    return _object_facts(os.fspath(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _object_facts(
+    path: str, mtime_ns: int, size: int
+) -> tuple[ObjectLines, tuple[InlinedCall, ...]]:
+    return object_lines(path), inlined_calls(path)
 
 
 def _files(dwarf: Any, cu: Any) -> list[str]:
