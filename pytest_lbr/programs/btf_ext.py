@@ -3,9 +3,10 @@
 The kernel gives a loaded program's line records by translated instruction, after
 the verifier rewrote it; exact coverage needs them by the instructions libbpf loaded
 (its main function, then the subprograms it appended). The object has them: its
-`.BTF.ext` section holds, per ELF section, records of (byte offset, file, line,
-column) with the file and line as offsets into `.BTF`'s strings, and its symbol
-table where each function sits in its section. `object_lines` reads both
+`.BTF.ext` section holds, per ELF section, line records of (byte offset, file, line,
+column) with the file and line as offsets into `.BTF`'s strings and function records
+of (byte offset, BTF type id), and its symbol table where each function sits in its
+section. `object_lines` reads them, from a file or a packaged object's bytes
 (pyelftools for the ELF; the two BTF layouts are read here: libbpf has no public
 call that gives a program's line records before libbpf 1.6's
 `bpf_program__line_info`, and Debian 12 ships 1.1).
@@ -17,10 +18,11 @@ tests/programs/test_btf_ext.py (the repository's own built objects).
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["FunctionSymbol", "ObjectLines", "RawLine", "object_lines"]
 
@@ -60,6 +62,8 @@ class ObjectLines:
     lines: Mapping[str, tuple[RawLine, ...]]
     functions: tuple[FunctionSymbol, ...]
     strings: bytes
+    #: ELF section -> its BTF function records: (instruction in the section, type id).
+    func_records: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def string(self, offset: int) -> str:
         """The `.BTF` string at `offset`."""
@@ -82,21 +86,30 @@ class ObjectLines:
         ]
 
 
-def object_lines(path: str | os.PathLike[str]) -> ObjectLines:
-    """Read `path`'s line records and functions (raises ValueError: no BTF, a
-    malformed section; OSError)."""
+def object_lines(path: str | os.PathLike[str] | bytes) -> ObjectLines:
+    """Read the line and function records and the functions of the object at `path`
+    (or the object's bytes: a packaged one). Raises ValueError: no BTF, a malformed
+    section; OSError."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
     try:
-        with open(path, "rb") as f:
+        with io.BytesIO(path) if isinstance(path, bytes) else open(path, "rb") as f:
             elf = ELFFile(f)
             btf, ext = elf.get_section_by_name(".BTF"), elf.get_section_by_name(".BTF.ext")
             if btf is None or ext is None:
                 raise ValueError("it has no .BTF / .BTF.ext (build it with clang -g)")
             strings = _btf_strings(btf.data())
-            lines = _line_records(ext.data(), strings)
+            data = ext.data()
+            lines = {
+                name: tuple(RawLine(*r) for r in recs)
+                for name, recs in _records(data, strings, _LINE_INFO).items()
+            }
+            funcs = {
+                name: tuple((r[0], r[1]) for r in recs)
+                for name, recs in _records(data, strings, _FUNC_INFO).items()
+            }
             names = {i: s.name for i, s in enumerate(elf.iter_sections())}
             symtab = elf.get_section_by_name(".symtab")
             symbols = symtab.iter_symbols() if isinstance(symtab, SymbolTableSection) else ()
@@ -112,7 +125,7 @@ def object_lines(path: str | os.PathLike[str]) -> ObjectLines:
             )
     except (ELFError, struct.error) as exc:
         raise ValueError(f"cannot read its BTF: {exc}") from None
-    return ObjectLines(lines, functions, strings)
+    return ObjectLines(lines, functions, strings, funcs)
 
 
 def _btf_strings(data: bytes) -> bytes:
@@ -124,15 +137,25 @@ def _btf_strings(data: bytes) -> bytes:
     return data[hdr_len + str_off : hdr_len + str_off + str_len]
 
 
-def _line_records(data: bytes, strings: bytes) -> dict[str, tuple[RawLine, ...]]:
+#: Where each kind of record is in `struct btf_ext_header` (its offset and length
+#: fields), and how many u32 fields a record of it has.
+_FUNC_INFO, _LINE_INFO = (8, 2), (16, 4)
+
+
+def _records(
+    data: bytes, strings: bytes, kind: tuple[int, int]
+) -> dict[str, list[tuple[int, ...]]]:
+    """One kind of `.BTF.ext` record by ELF section, the first field (a byte offset)
+    made an instruction index."""
     magic, _version, _flags, hdr_len = struct.unpack_from("<HBBI", data)
     if magic != _BTF_MAGIC:
         raise ValueError(".BTF.ext has a bad magic number")
-    line_off, line_len = struct.unpack_from("<II", data, 16)
-    start = hdr_len + line_off
-    end = start + line_len
-    out: dict[str, tuple[RawLine, ...]] = {}
-    if line_len < 4:
+    field_at, fields = kind
+    off, length = struct.unpack_from("<II", data, field_at)
+    start = hdr_len + off
+    end = start + length
+    out: dict[str, list[tuple[int, ...]]] = {}
+    if length < 4:
         return out
     (rec_size,) = struct.unpack_from("<I", data, start)
     at = start + 4
@@ -141,12 +164,10 @@ def _line_records(data: bytes, strings: bytes) -> dict[str, tuple[RawLine, ...]]
         at += 8
         name_end = strings.find(b"\0", name_off)
         name = strings[name_off:name_end].decode(errors="replace")
-        records = []
+        rows = []
         for k in range(count):
-            insn_off, file_off, ln_off, line_col = struct.unpack_from(
-                "<IIII", data, at + k * rec_size
-            )
-            records.append(RawLine(insn_off // 8, file_off, ln_off, line_col))
+            row = struct.unpack_from(f"<{fields}I", data, at + k * rec_size)
+            rows.append((row[0] // 8, *row[1:]))
         at += count * rec_size
-        out[name] = tuple(records)
+        out[name] = rows
     return out

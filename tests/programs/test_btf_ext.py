@@ -57,3 +57,15 @@ def test_an_object_without_btf_is_one_clear_error(tmp_path) -> None:
     plain.write_bytes(bpf_object("many_arms").read_bytes()[:64])
     with pytest.raises(ValueError, match="cannot read its BTF|no .BTF"):
         object_lines(plain)
+
+
+def test_function_records_and_a_packaged_object_read_the_same(loader: BpfLoader) -> None:
+    """The function records are the kernel's func_info of the same load (its BTF type
+    ids, one per function), and an object given as bytes reads as from its file."""
+    path = bpf_object("many_arms")
+    found = object_lines(path)
+    assert object_lines(path.read_bytes()) == found
+    details = program_details(loader.load(path).programs["many_arms"].fd)
+    ours = [t for _, t in found.func_records["xdp"]] + [t for _, t in found.func_records[".text"]]
+    assert ours == details.func_types
+    assert [i for i, _ in found.func_records["xdp"]] == [0]
