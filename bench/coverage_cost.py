@@ -111,21 +111,28 @@ def _pytest(args: Sequence[str], spent: Path | None = None) -> tuple[float, str]
 MODES = {"trace": "--lbr-cov", "exact": "--lbr-cov-exact"}
 
 
-def run(runs: int, suite: str, mode: str = "trace") -> dict[str, Any]:
+def run(runs: int, suite: str, mode: str = "trace", alternate: bool = False) -> dict[str, Any]:
+    """`runs` turns of the suite with coverage and without; `alternate`: the
+    uncovered run first in every other turn (coverage, plain, plain, coverage...), so
+    that a boot's runs getting faster one after the other weighs on both alike."""
     option = MODES[mode]
     _pytest([WARMUP, "-q", "--lbr", option])
     times: dict[str, list[float]] = {"coverage": [], "traced": [], "spent": []}
     programs = 0
     spent = Path(tempfile.mkdtemp()) / "spent"
-    for _ in range(runs):
+    for turn in range(runs):
+        if alternate and turn % 2:  # traced first in every other turn
+            times["traced"].append(_pytest([suite, "-q", "--lbr"])[0])
         seconds, out = _pytest([suite, "-q", "--lbr", option], spent)
         times["coverage"].append(seconds)
         times["spent"].append(float(spent.read_text()))
         programs = sum(1 for line in out.splitlines() if ".bpf.c" in line)
-        times["traced"].append(_pytest([suite, "-q", "--lbr"])[0])
+        if not (alternate and turn % 2):
+            times["traced"].append(_pytest([suite, "-q", "--lbr"])[0])
     rest = [c - s for c, s in zip(times["coverage"], times["spent"], strict=True)]
     return {
         "mode": mode,
+        "alternate": alternate,
         "suite": suite,
         "seconds": times,
         "ratio": ratio(times["coverage"], times["traced"]),
@@ -141,12 +148,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--mode", choices=sorted(MODES), default="trace", help="coverage from traces or counters"
     )
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="the plain run first in every other turn (default: coverage first in each)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    data = run(args.runs, args.suite, args.mode)
+    data = run(args.runs, args.suite, args.mode, args.alternate)
     save_json(args.out, data)
     print(
         f"coverage / traced: {data['ratio']:.3f}; coverage's own work added "

@@ -64,6 +64,8 @@ class ObjectLines:
     strings: bytes
     #: ELF section -> its BTF function records: (instruction in the section, type id).
     func_records: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    #: The object's licence (its "license" section), NUL-terminated; b"" if none.
+    license: bytes = b""
 
     def string(self, offset: int) -> str:
         """The `.BTF` string at `offset`."""
@@ -75,6 +77,17 @@ class ObjectLines:
         several match."""
         found = [f for f in self.functions if f.name == name and section in (None, f.section)]
         return found[0] if len(found) == 1 else None
+
+    def packed(self, section: str) -> tuple[tuple[bytes, int, int], tuple[bytes, int, int]]:
+        """`section`'s function and line records as BPF_PROG_LOAD takes them for a
+        program that has the section to itself: (records, record size, count) each."""
+        funcs = self.func_records.get(section, ())
+        lines = self.lines.get(section, ())
+        packed_funcs = b"".join(struct.pack("<II", i, t) for i, t in funcs)
+        packed_lines = b"".join(
+            struct.pack("<IIII", r.insn, r.file_name_off, r.line_off, r.line_col) for r in lines
+        )
+        return (packed_funcs, 8, len(funcs)), (packed_lines, 16, len(lines))
 
     def lines_of(self, fn: FunctionSymbol) -> list[RawLine]:
         """`fn`'s records, numbered from its first instruction."""
@@ -101,6 +114,8 @@ def object_lines(path: str | os.PathLike[str] | bytes) -> ObjectLines:
             if btf is None or ext is None:
                 raise ValueError("it has no .BTF / .BTF.ext (build it with clang -g)")
             strings = _btf_strings(btf.data())
+            section = elf.get_section_by_name("license")
+            licence = section.data().split(b"\0", 1)[0] + b"\0" if section is not None else b""
             data = ext.data()
             lines = {
                 name: tuple(RawLine(*r) for r in recs)
@@ -125,7 +140,7 @@ def object_lines(path: str | os.PathLike[str] | bytes) -> ObjectLines:
             )
     except (ELFError, struct.error) as exc:
         raise ValueError(f"cannot read its BTF: {exc}") from None
-    return ObjectLines(lines, functions, strings, funcs)
+    return ObjectLines(lines, functions, strings, funcs, licence)
 
 
 def _btf_strings(data: bytes) -> bytes:

@@ -9,6 +9,7 @@ shows it). Host, as root: tests/bpf's built objects.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
 import pytest
@@ -69,3 +70,16 @@ def test_function_records_and_a_packaged_object_read_the_same(loader: BpfLoader)
     ours = [t for _, t in found.func_records["xdp"]] + [t for _, t in found.func_records[".text"]]
     assert ours == details.func_types
     assert [i for i, _ in found.func_records["xdp"]] == [0]
+
+
+def test_a_sections_records_packed_as_the_kernel_takes_them() -> None:
+    found = object_lines(bpf_object("xdp_helpers"))
+    assert found.license == b"Dual BSD/GPL\0"
+    (funcs, fsize, fcount), (lines, lsize, lcount) = found.packed("xdp")
+    assert (fsize, lsize) == (8, 16)
+    assert len(funcs) == 8 * fcount and len(lines) == 16 * lcount
+    assert lcount == len(found.lines["xdp"]) and fcount == len(found.func_records["xdp"])
+    first = found.lines["xdp"][0]
+    assert lines[:16] == struct.pack(
+        "<IIII", first.insn, first.file_name_off, first.line_off, first.line_col
+    )
