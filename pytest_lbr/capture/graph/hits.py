@@ -234,13 +234,19 @@ def build_hits(
             contexts.setdefault(context, [])  # a run that called nothing has no records
             exits_in.setdefault(context, {}).setdefault(i, []).append(raw)
     hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
+    # A program's runs are cut from the records themselves (`_program_runs`): the
+    # thread's whole nesting, with its call-site searches, is for the other kinds
+    # (and a live capture's `open_ended`).
+    nest = open_ended is not None or any(t.kind != "prog" for t in targets)
     hits: list[Hit] = []
     for (tid, irq, inner), recs in contexts.items():
         recs = without_exit_hooks(recs, hook_times)
-        mentions = Mentions(recs, returns)
-        steps = list(reconstruct(recs, returns, mentions, site_of))
-        if open_ended is not None and mentions.looked_past_end:
-            open_ended.append(True)
+        steps: list[Step] = []
+        if nest:
+            mentions = Mentions(recs, returns)
+            steps = list(reconstruct(recs, returns, mentions, site_of))
+            if open_ended is not None and mentions.looked_past_end:
+                open_ended.append(True)
         mine = exits_in.get((tid, irq, inner), {})
         found: list[Hit] = []
         for i, target in enumerate(targets):
