@@ -11,6 +11,7 @@ trace's cost). `KernelSymbols.read_at` changes only when the file is read.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -86,3 +87,19 @@ def test_a_new_program_costs_no_read_of_kallsyms(graph: Tracer) -> None:
             assert live_kallsyms().read_at == read_at
             named_from_its_tables(trace)  # from its own info all the same
     assert flows_worked_out() == flows + 2  # one per new program
+
+
+def test_a_program_loaded_again_has_its_helper_calls_worked_out_once(graph: Tracer) -> None:
+    """A test's fixture loads the same object again: its program's helper calls are
+    taken from the first load's (the same instructions, but for its maps' ids)."""
+    seen = []
+    for _ in range(2):
+        with BpfLoader() as bpf:
+            prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
+            named_from_its_tables(traced_run(graph, prog))
+            calls = get_symbolizer().bpf.programs[prog.id].calls
+            assert calls is not None and calls.prog_id == prog.id
+            seen.append((get_symbolizer().described, calls))
+    (described, first), (described_again, again) = seen
+    assert described_again == described  # not worked out again
+    assert again == dataclasses.replace(first, prog_id=again.prog_id)
