@@ -234,9 +234,8 @@ def build_hits(
             contexts.setdefault(context, [])  # a run that called nothing has no records
             exits_in.setdefault(context, {}).setdefault(i, []).append(raw)
     hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
-    # A program's runs are cut from the records themselves (`_program_runs`): the
-    # thread's whole nesting, with its call-site searches, is for the other kinds
-    # (and a live capture's `open_ended`).
+    # Program runs are cut from the records (`_program_runs`): nesting them all, with
+    # its call-site searches, is for the other kinds and a live capture's `open_ended`.
     nest = open_ended is not None or any(t.kind != "prog" for t in targets)
     hits: list[Hit] = []
     for (tid, irq, inner), recs in contexts.items():
