@@ -127,8 +127,9 @@ class Symbolizer:
             # table never names the new program after the old one.
             self._refresh_bpf()
             bpf_refreshed = True
+        in_core = self.kallsyms.in_core  # no program's code is there: not looked up
         for addr in sorted(addrs):
-            loc = self._locate_bpf(addr) if self._bpf_read else None
+            loc = self._locate_bpf(addr) if self._bpf_read and not in_core(addr) else None
             if loc is None:
                 sym = self.kallsyms.lookup(addr)
                 if addr in named and not reloaded and self._in_jit_space(addr, sym):
