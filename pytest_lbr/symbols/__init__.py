@@ -69,6 +69,10 @@ class Symbolizer:
         self._described: dict[tuple[object, ...], ProgramCalls] = {}
         #: Programs whose helper calls were worked out (not taken from `_described`).
         self.described = 0
+        #: Core kernel addresses named so far, by address (`_locate_many`).
+        self._core: dict[int, Location] = {}
+        #: How many core kernel addresses were named (not taken from `_core`).
+        self.core_named = 0
         self._bpf_read = False
         self._checked: set[tuple[str, int]] = set()
         self.lines: VmlinuxLines | None = None
@@ -117,8 +121,12 @@ class Symbolizer:
     def _locate_many(
         self, addrs: set[int], recorded_by: float | None, named: Collection[int] = ()
     ) -> dict[int, Location]:
-        out: dict[int, Location] = {}
+        # The core kernel's names and lines never change while it runs: each address
+        # is named once (before the helper step below, which is kept as it was).
+        out: dict[int, Location] = {a: loc for a in addrs if (loc := self._core.get(a))}
+        addrs = addrs.difference(out)
         core: list[int] = []
+        done: list[int] = []  # core kernel addresses named now
         bpf_refreshed = False
         reloaded = recorded_by is not None and self.kallsyms.read_at >= recorded_by
         if self._bpf_read and any(not self.kallsyms.in_core(a) for a in addrs):
@@ -155,6 +163,8 @@ class Symbolizer:
             if loc is not None:
                 out[addr] = loc
                 continue
+            if in_core(addr):
+                done.append(addr)
             if sym is None:
                 out[addr] = Location(addr)
             else:
@@ -167,6 +177,10 @@ class Symbolizer:
                 loc = out[a]
                 frames = found.get(a - self.kaslr_offset, ())
                 out[a] = frames_to_location(a, loc.symbol, loc.offset, loc.module, frames)
+        if len(self._core) + len(done) > _MAX_CORE:  # a long session's every address
+            self._core.clear()
+        self._core.update((a, out[a]) for a in done)
+        self.core_named += len(done)
         if self._helpers is not None:
             # A helper's own implementation is that helper for every caller; what a
             # program's call of a map's function stands for is that program's own
@@ -258,6 +272,8 @@ class Symbolizer:
 
 #: Programs' helper-call descriptions a symbolizer keeps: a long session loads many.
 _MAX_DESCRIBED = 256
+#: Core kernel addresses a symbolizer keeps named (a trace names a few hundred).
+_MAX_CORE = 1 << 16
 
 
 def _shape(
