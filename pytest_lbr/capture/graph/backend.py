@@ -368,7 +368,8 @@ class GraphCapture:
                 ]
         if self._exits is not None and self._exits.lost:
             trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
-        trace.hits = self._builder().build(kept, exits)
+        with call_sites.one_reading():  # the programs' code, read once for this trace
+            trace.hits = self._builder().build(kept, exits)
         trace.notes.extend(finish_runs(trace.hits, self._flows))
         return trace
 

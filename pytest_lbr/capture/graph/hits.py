@@ -104,7 +104,16 @@ def program_matcher(
     its own tag) or, when ftrace printed no name, its JITed address ranges.
     """
     names = frozenset(ksyms)
-    return lambda name, addr: name in names or any(lo <= addr < hi for lo, hi in ranges)
+
+    def inside(name: str, addr: int) -> bool:
+        if name in names:
+            return True
+        for lo, hi in ranges:  # a loop, not any(): asked for every record
+            if lo <= addr < hi:
+                return True
+        return False
+
+    return inside
 
 
 @dataclass
@@ -489,7 +498,7 @@ def _program_runs(
         hits.append(hit)
         hit, site = None, None
 
-    mentions = Mentions(records, {})
+    mentions: list[Mentions] = []  # made when first asked: most runs never ask
     next_end = 0
     for index, rec in enumerate(records):
         if not isinstance(rec, FunctionRecord):
@@ -547,7 +556,8 @@ def _program_runs(
                 # out-of-line `inline` function): called by the innermost frame (or
                 # the program) whose code calls it; where none does, under the
                 # innermost call known to be still running, not under the top.
-                running = mentions.innermost_running(inner, index)
+                mentions = mentions or [Mentions(records, {})]
+                running = mentions[0].innermost_running(inner, index)
                 caller: int | None = None
                 entered: list[Frame] = []
                 if inner:  # from the top: the tracer records no returns
