@@ -5,8 +5,11 @@ Runs on the host (root can load XDP programs there); the JIT addresses are real.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from pytest_lbr.model import Location
 from pytest_lbr.programs.lines import read_program
 from pytest_lbr.symbols import Symbolizer, get_symbolizer
 from tests.bpf.objects import bpf_object, require_root
@@ -59,3 +62,22 @@ def test_a_program_is_named_from_its_own_info_without_reading_kallsyms_again(
         located = later.locate_many(addrs, recorded_by=later.kallsyms.read_at - 1)
         assert {loc.symbol for loc in located.values()} == {"xdp_cpu"}
     assert reads == []
+
+
+def test_a_core_kernel_address_is_named_once(tmp_path: Path) -> None:
+    """The core kernel's names (and lines) do not change while it runs: a trace after
+    trace names the same call sites, each worked out the first time only."""
+    saved = tmp_path / "kallsyms"
+    saved.write_text(
+        "ffffffff81000000 T _stext\nffffffff81000100 T start_kernel\n"
+        "ffffffff81000200 T do_one_initcall\nffffffff81000300 T _etext\n"
+    )
+    sym = Symbolizer(vmlinux=str(tmp_path / "no-vmlinux"), kallsyms=str(saved))
+    addrs = [0xFFFFFFFF81000104, 0xFFFFFFFF81000210]
+    first = sym.locate_many(addrs)
+    assert first[addrs[0]] == Location(addrs[0], "start_kernel", 4)
+    assert sym.core_named == 2
+    again = sym.locate_many([*addrs, 0xFFFFFFFF81000108])
+    assert {a: again[a] for a in addrs} == first
+    assert again[0xFFFFFFFF81000108] == Location(0xFFFFFFFF81000108, "start_kernel", 8)
+    assert sym.core_named == 3  # only the new one

@@ -19,6 +19,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import mmap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pytest_lbr.kernel.machine import machine
@@ -66,6 +69,8 @@ class CallSites:
         #: Calls of JIT code (BPF programs, trampolines) by (start, its bytes' digest):
         #: see `_calls`.
         self._jit_calls: dict[tuple[int, bytes], list[tuple[int, int]]] = {}
+        #: Per thread, inside `one_reading`: JIT code read so far, by (start, size).
+        self._reading = threading.local()
 
     def learn(self, name: str, start: int, size: int) -> None:
         """A function whose name and extent the caller knows from elsewhere (a BPF
@@ -126,11 +131,16 @@ class CallSites:
         (same tag, same name) can land where it was with its subprograms elsewhere,
         and a direct tail call is a jump the kernel patches when a program array
         changes (x86-64). A stale jump made 6.1's tail call in examples/tail_loop
-        read as a call. Its code is read each time (a few hundred bytes) and its
-        calls kept by what the bytes are."""
+        read as a call. Its code is read each time (a few hundred bytes; once per
+        trace inside `one_reading`) and its calls kept by what the bytes are."""
         if self._in_core(start):
             return calls_in(name, start, size)
-        code = _code(start, size)
+        read: dict[tuple[int, int], bytes] | None = getattr(self._reading, "code", None)
+        code = read.get((start, size)) if read is not None else None
+        if code is None:
+            code = _code(start, size)
+            if read is not None:
+                read[(start, size)] = code
         key = (start, hashlib.blake2b(code, digest_size=16).digest())
         found = self._jit_calls.get(key)
         if found is None:
@@ -141,6 +151,16 @@ class CallSites:
             if len(self._jit_calls) > _MAX_LEARNED:  # a long session: forget the oldest
                 del self._jit_calls[next(iter(self._jit_calls))]
         return found
+
+    @contextmanager
+    def one_reading(self) -> Iterator[None]:
+        """Inside, JIT code is read once (per thread): one trace's records are cut
+        against one reading of it, read again at the next trace (see `_calls`)."""
+        self._reading.code = {}
+        try:
+            yield
+        finally:
+            self._reading.code = None
 
     def _in_core(self, start: int) -> bool:
         """Whether `start` is the core kernel's text (what a program's own info

@@ -35,6 +35,8 @@ __all__ = [
     "flows_worked_out",
     "program_flow",
     "program_returns",
+    "read_details",
+    "shapes_worked_out",
     "typed_returns",
 ]
 
@@ -59,14 +61,20 @@ class ProgramFlow:
 
 
 def program_flow(
-    fd: int, traceable: Callable[[str], bool], syms: KernelSymbols
+    fd: int,
+    traceable: Callable[[str], bool],
+    syms: KernelSymbols,
+    details: ProgramDetails | None = None,
+    shapes: int | None = None,
 ) -> ProgramFlow | None:
     """The flow of the program behind `fd`, or None where its calls cannot be tied
     to its JIT image (`jit_call_index`) or its code cannot be read (not root).
     `traceable`: whether the function tracer can patch a function (by name);
-    `syms`: kallsyms, for the called functions' names."""
+    `syms`: kallsyms, for the called functions' names; `details`: the program's
+    `program_details`, where the caller has them. With `shapes` (what `traceable`
+    stands for: the same number, the same answers), a program loaded again is paired
+    and named as the first program of its shape was (`_shape_of`)."""
     from pytest_lbr.bpf.libbpf import BpfError
-    from pytest_lbr.bytecode.flow import call_dominators, jit_call_index
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.kernel.machine import machine
     from pytest_lbr.programs.info import program_details
@@ -75,7 +83,7 @@ def program_flow(
 
     try:
         xlated = xlated_insns(fd)
-        details = program_details(fd)
+        details = details or program_details(fd)
         functions = details.functions
         start, image = jited_image(fd)
     except (BpfError, OSError):
@@ -88,6 +96,35 @@ def program_flow(
     insns = disassemble(image[: functions[0][1]], start, arch, jit=True)
     size_at = {i.addr: i.size for i in insns}
     calls = [(at + size_at[at], target) for at, target in call_targets(insns, arch)]
+    # What pairing and naming the calls read (the calls' places in the image, the
+    # core kernel's functions they call): the same, the same answer.
+    shape = None
+    if shapes is not None:
+        where = tuple((ret - start, t if syms.in_core(t) else None) for ret, t in calls)
+        shape = (shapes, _shape_of(xlated), where)
+    if shape is not None and shape in _shaped:
+        _shaped[shape] = _shaped.pop(shape)  # the newest last: the oldest goes first
+        first, known = _shaped[shape]
+        return None if known is None else _moved(known, start - first, returns)
+    flow = _paired(traceable, syms, xlated, calls, call_base, returns)
+    if shape is not None:
+        _shaped[shape] = (start, flow)
+        if len(_shaped) > _MAX_FLOWS:
+            del _shaped[next(iter(_shaped))]
+    return flow
+
+
+def _paired(
+    traceable: Callable[[str], bool],
+    syms: KernelSymbols,
+    xlated: bytes,
+    calls: list[tuple[int, int]],
+    call_base: int,
+    returns: tuple[int, bool] | None,
+) -> ProgramFlow | None:
+    """`program_flow` from the main function's JIT `calls` (return address, target)."""
+    from pytest_lbr.bytecode.flow import call_dominators, jit_call_index
+
     index = jit_call_index(xlated, call_base, [t for _, t in calls])
     if index is None:
         return None
@@ -98,6 +135,29 @@ def program_flow(
             unrecordable[k] = (ret, target, sym.name)
     sites = {ret: k for k, (ret, _) in zip(index, calls, strict=True)}
     return ProgramFlow(sites, call_dominators(xlated), unrecordable, returns)
+
+
+def _shape_of(xlated: bytes) -> bytes:
+    """Translated instructions without the map ids its 64-bit loads hold (new at each
+    load, and read by nothing that pairs or names a call)."""
+    code = bytearray(xlated)
+    for at in range(0, len(code) - 15, 8):
+        # BPF_LD | BPF_IMM | BPF_DW of a map (src_reg BPF_PSEUDO_MAP_FD/_VALUE/_IDX...):
+        # its first half's immediate holds the map, its second's a value's offset.
+        if code[at] == _LD_IMM64 and code[at + 1] >> 4 and code[at + 8] == 0:
+            code[at + 4 : at + 8] = bytes(4)
+    return bytes(code)
+
+
+def _moved(flow: ProgramFlow, delta: int, returns: tuple[int, bool] | None) -> ProgramFlow:
+    """`flow` of a program of the same shape whose main function is `delta` bytes
+    away (its calls at the same offsets), with its own `returns`."""
+    return ProgramFlow(
+        {ret + delta: k for ret, k in flow.sites.items()},
+        flow.dominators,
+        {k: (ret + delta, target, name) for k, (ret, target, name) in flow.unrecordable.items()},
+        returns,
+    )
 
 
 def add_implied(hit: Hit, flow: ProgramFlow) -> None:
@@ -128,10 +188,17 @@ def add_implied(hit: Hit, flow: ProgramFlow) -> None:
     hit.branches = out
 
 
-def flow_of(fd: int, available: str, program: tuple[int, str] | None = None) -> ProgramFlow | None:
+def flow_of(
+    fd: int,
+    available: str,
+    program: tuple[int, str] | None = None,
+    details: ProgramDetails | None = None,
+) -> ProgramFlow | None:
     """The program's calls' flow, None where unknown. `program`: its (id, tag), under
     which the flow is kept and reused by every later trace of it (a program's
-    code never changes while it is loaded; an id is not reused while it is)."""
+    code never changes while it is loaded; an id is not reused while it is); a
+    program loaded again takes its shape's (`program_flow`). `details`: its
+    `program_details`, where the caller has them."""
     syms = call_sites.kallsyms()
     if syms is None:
         return None
@@ -140,7 +207,7 @@ def flow_of(fd: int, available: str, program: tuple[int, str] | None = None) -> 
         _flows[key] = _flows.pop(key)  # the newest last: the oldest goes first
         return _flows[key]
     names = _traceable(available)
-    flow = program_flow(fd, names.__contains__, syms)
+    flow = program_flow(fd, names.__contains__, syms, details, hash(available))
     if key is not None:
         _flows[key] = flow
         if len(_flows) > _MAX_FLOWS:
@@ -150,6 +217,11 @@ def flow_of(fd: int, available: str, program: tuple[int, str] | None = None) -> 
 
 #: Flows by (program id, tag, the traceable functions' text's hash): see `flow_of`.
 _flows: dict[tuple[int, str, int], ProgramFlow | None] = {}
+#: Flows by shape (`program_flow`) -> (the main function's address, its flow), of
+#: the first program of that shape.
+_shaped: dict[tuple[object, ...], tuple[int, ProgramFlow | None]] = {}
+#: BPF_LD | BPF_IMM | BPF_DW.
+_LD_IMM64 = 0x18
 #: Programs' flows kept: a long session loads many.
 _MAX_FLOWS = 1024
 
@@ -158,6 +230,12 @@ def flows_worked_out() -> int:
     """How many programs' flows this process has worked out and keeps (for tests:
     a program traced again is not read again)."""
     return len(_flows)
+
+
+def shapes_worked_out() -> int:
+    """How many program shapes' flows this process has worked out and keeps (for
+    tests: a program loaded again is not paired and named again)."""
+    return len(_shaped)
 
 
 @functools.lru_cache(maxsize=2)
@@ -180,6 +258,17 @@ def empty_runs_note(hits: list[Hit], programs: list[str]) -> list[str]:
                 "of their calls is implied by a recorded one"
             )
     return notes
+
+
+def read_details(fd: int) -> ProgramDetails | None:
+    """`program_details` of the program behind `fd`, None where unreadable."""
+    from pytest_lbr.bpf.libbpf import BpfError
+    from pytest_lbr.programs.info import program_details
+
+    try:
+        return program_details(fd)
+    except BpfError:
+        return None
 
 
 def program_returns(fd: int) -> tuple[int, bool] | None:

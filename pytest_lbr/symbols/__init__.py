@@ -18,9 +18,13 @@ import dataclasses
 import threading
 from collections.abc import Collection, Iterable
 
+from ..bpf.libbpf import BpfError
+from ..bytecode.flow import without_constants
+from ..kernel.helpers import xlated_insns
 from ..model import InlineFrame, Location, ProgramCalls
 from ..programs.helper_calls import HelperNames
 from ..programs.lines import BpfPrograms, ProgramLines
+from ..programs.written import written_insns
 from .frame import Frame
 from .kallsyms import KALLSYMS, KernelSymbols, Symbol, live_kallsyms
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
@@ -61,6 +65,14 @@ class Symbolizer:
         self.kallsyms = live_kallsyms() if kallsyms == KALLSYMS else KernelSymbols(kallsyms)
         self.bpf = BpfPrograms(self._describe)
         self._helpers: HelperNames | None = None
+        #: Helper calls described, by the program's shape (`_shape`), newest last.
+        self._described: dict[tuple[object, ...], ProgramCalls] = {}
+        #: Programs whose helper calls were worked out (not taken from `_described`).
+        self.described = 0
+        #: Core kernel addresses named so far, by address (`_locate_many`).
+        self._core: dict[int, Location] = {}
+        #: How many core kernel addresses were named (not taken from `_core`).
+        self.core_named = 0
         self._bpf_read = False
         self._checked: set[tuple[str, int]] = set()
         self.lines: VmlinuxLines | None = None
@@ -109,8 +121,12 @@ class Symbolizer:
     def _locate_many(
         self, addrs: set[int], recorded_by: float | None, named: Collection[int] = ()
     ) -> dict[int, Location]:
-        out: dict[int, Location] = {}
+        # The core kernel's names and lines never change while it runs: each address
+        # is named once (before the helper step below, which is kept as it was).
+        out: dict[int, Location] = {a: loc for a in addrs if (loc := self._core.get(a))}
+        addrs = addrs.difference(out)
         core: list[int] = []
+        done: list[int] = []  # core kernel addresses named now
         bpf_refreshed = False
         reloaded = recorded_by is not None and self.kallsyms.read_at >= recorded_by
         if self._bpf_read and any(not self.kallsyms.in_core(a) for a in addrs):
@@ -119,8 +135,9 @@ class Symbolizer:
             # table never names the new program after the old one.
             self._refresh_bpf()
             bpf_refreshed = True
+        in_core = self.kallsyms.in_core  # no program's code is there: not looked up
         for addr in sorted(addrs):
-            loc = self._locate_bpf(addr) if self._bpf_read else None
+            loc = self._locate_bpf(addr) if self._bpf_read and not in_core(addr) else None
             if loc is None:
                 sym = self.kallsyms.lookup(addr)
                 if addr in named and not reloaded and self._in_jit_space(addr, sym):
@@ -146,6 +163,8 @@ class Symbolizer:
             if loc is not None:
                 out[addr] = loc
                 continue
+            if in_core(addr):
+                done.append(addr)
             if sym is None:
                 out[addr] = Location(addr)
             else:
@@ -158,6 +177,10 @@ class Symbolizer:
                 loc = out[a]
                 frames = found.get(a - self.kaslr_offset, ())
                 out[a] = frames_to_location(a, loc.symbol, loc.offset, loc.module, frames)
+        if len(self._core) + len(done) > _MAX_CORE:  # a long session's every address
+            self._core.clear()
+        self._core.update((a, out[a]) for a in done)
+        self.core_named += len(done)
         if self._helpers is not None:
             # A helper's own implementation is that helper for every caller; what a
             # program's call of a map's function stands for is that program's own
@@ -183,9 +206,19 @@ class Symbolizer:
                 self._vmlinux_data_address,
                 protos or [],
             )
-        return self._helpers.describe(
-            fd, prog.prog_id, (prog.name, prog.kernel_name), [f.name for f in prog.funcs]
-        )
+        names, functions = (prog.name, prog.kernel_name), tuple(f.name for f in prog.funcs)
+        shape = _shape(fd, prog.prog_id, names, functions)
+        known = self._described.pop(shape, None) if shape is not None else None
+        if shape is not None and known is not None:
+            self._described[shape] = known  # the newest last: the oldest goes first
+            return dataclasses.replace(known, prog_id=prog.prog_id)
+        calls = self._helpers.describe(fd, prog.prog_id, names, list(functions))
+        self.described += 1
+        if shape is not None:
+            self._described[shape] = calls
+            if len(self._described) > _MAX_DESCRIBED:
+                del self._described[next(iter(self._described))]
+        return calls
 
     def _vmlinux_data_address(self, name: str) -> int | None:
         """A symbol's live address from the debug vmlinux (None without one)."""
@@ -235,6 +268,29 @@ class Symbolizer:
 
     def _locate_bpf(self, addr: int) -> Location | None:
         return self.bpf.locate(addr)
+
+
+#: Programs' helper-call descriptions a symbolizer keeps: a long session loads many.
+_MAX_DESCRIBED = 256
+#: Core kernel addresses a symbolizer keeps named (a trace names a few hundred).
+_MAX_CORE = 1 << 16
+
+
+def _shape(
+    fd: int, prog_id: int, names: tuple[str, str], functions: tuple[str, ...]
+) -> tuple[object, ...] | None:
+    """What a program's helper calls are worked out from (`HelperNames.describe`): its
+    names, its functions, its translated instructions and those it was loaded from,
+    each without the values of its 64-bit loads (a map's id or address, new at each
+    load: nothing a call is read from). A program loaded again (a test's fixture) has
+    the same shape, and so the same calls; None where its instructions are unreadable."""
+    try:
+        xlated = xlated_insns(fd)
+    except BpfError:
+        return None
+    written = written_insns(prog_id)
+    loaded = None if written is None else without_constants(written)
+    return (names, functions, without_constants(xlated), loaded)
 
 
 _symbolizers: dict[str | None, Symbolizer] = {}

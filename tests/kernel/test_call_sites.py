@@ -81,3 +81,32 @@ def test_a_patched_tail_call_jump_is_read_as_it_is_now() -> None:
         assert jumps_into_stage2(), "the direct tail call's jump is patched in"
         obj.maps["stages"].delete(0)
         assert not jumps_into_stage2(), "a stale jump read from a cache"
+
+
+@pytest.mark.kernel
+def test_one_reading_reads_jit_code_once_and_the_next_reads_it_anew() -> None:
+    """A trace's records are cut against one reading of the programs' code (the
+    graph backend's `stop`): a jump patched in after it shows at the next reading."""
+    require_root()
+    from pytest_lbr.bpf import BpfObject
+
+    with BpfObject(TAIL_LOOP) as obj:
+        entry, stage2 = obj.programs["entry"], obj.programs["stage2"]
+        start, size = program_details(entry.fd).functions[0]
+        stage2_start = program_details(stage2.fd).functions[0][0]
+        sites = CallSites()
+        sites.learn("bpf_prog_entry", start, size)
+
+        def jumps_into_stage2() -> list[int]:
+            calls = sites._calls("bpf_prog_entry", start, size)
+            return [t for _, t in calls if stage2_start <= t < stage2_start + 64]
+
+        with sites.one_reading():
+            assert not jumps_into_stage2()
+            obj.maps["stages"].update(0, stage2.fd)
+            assert not jumps_into_stage2(), "read once in one reading"
+        with sites.one_reading():
+            assert jumps_into_stage2(), "the next reading reads the code anew"
+        assert jumps_into_stage2()  # and outside any reading, each time
+        obj.maps["stages"].delete(0)
+        assert not jumps_into_stage2()

@@ -11,12 +11,15 @@ trace's cost). `KernelSymbols.read_at` changes only when the file is read.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
 
 from pytest_lbr.bpf import BpfLoader, Program
-from pytest_lbr.capture.implied import flows_worked_out
+from pytest_lbr.capture.implied import flow_of, flows_worked_out, program_flow, shapes_worked_out
+from pytest_lbr.kernel.functions import filter_functions_text
+from pytest_lbr.kernel.tracefs import find_tracefs
 from pytest_lbr.model import Location, Trace
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.kallsyms import live_kallsyms
@@ -86,3 +89,37 @@ def test_a_new_program_costs_no_read_of_kallsyms(graph: Tracer) -> None:
             assert live_kallsyms().read_at == read_at
             named_from_its_tables(trace)  # from its own info all the same
     assert flows_worked_out() == flows + 2  # one per new program
+
+
+def test_a_program_loaded_again_has_its_helper_calls_worked_out_once(graph: Tracer) -> None:
+    """A test's fixture loads the same object again: its program's helper calls are
+    taken from the first load's (the same instructions, but for its maps' ids)."""
+    seen = []
+    for _ in range(2):
+        with BpfLoader() as bpf:
+            prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
+            named_from_its_tables(traced_run(graph, prog))
+            calls = get_symbolizer().bpf.programs[prog.id].calls
+            assert calls is not None and calls.prog_id == prog.id
+            seen.append((get_symbolizer().described, calls))
+    (described, first), (described_again, again) = seen
+    assert described_again == described  # not worked out again
+    assert again == dataclasses.replace(first, prog_id=again.prog_id)
+
+
+def test_a_program_loaded_again_takes_its_flow_from_its_shape(graph: Tracer) -> None:
+    """Its calls paired and named as its first load's were, moved to where its code
+    is now: the same flow as worked out anew from its own code (before its trace:
+    the session's return hook then patches its entry)."""
+    available = filter_functions_text(find_tracefs() or "/sys/kernel/tracing")
+    traceable = frozenset(n for n in available.splitlines() if n and " " not in n)
+    shapes = []
+    for _ in range(2):
+        with BpfLoader() as bpf:
+            prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
+            anew = program_flow(prog.fd, traceable.__contains__, live_kallsyms())
+            assert anew is not None and anew.sites
+            named_from_its_tables(traced_run(graph, prog))
+            shapes.append(shapes_worked_out())
+            assert flow_of(prog.fd, available, (prog.id, prog.tag)) == anew  # the trace's
+    assert shapes[1] == shapes[0]  # the second load's: not paired and named again

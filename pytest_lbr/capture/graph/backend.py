@@ -76,7 +76,7 @@ from pytest_lbr.capture.graph.own import CAPTURE_MODULES, OWN_WORK_NOTE
 from pytest_lbr.capture.graph.recorder import BUFFER_KB, GraphRecorder
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.hooks.records import RawHit
-from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of
+from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of, read_details
 from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.tasks import live_tgid
@@ -368,7 +368,8 @@ class GraphCapture:
                 ]
         if self._exits is not None and self._exits.lost:
             trace.notes.append(f"fexit ring buffer overran: {self._exits.lost} returns lost")
-        trace.hits = self._builder().build(kept, exits)
+        with call_sites.one_reading():  # the programs' code, read once for this trace
+            trace.hits = self._builder().build(kept, exits)
         trace.notes.extend(finish_runs(trace.hits, self._flows))
         return trace
 
@@ -570,10 +571,11 @@ class GraphCapture:
                     self._returns[event.split("/")[1]] = pattern
                     self._events[i] = event.split("/")[1]
             elif t.kind == "prog":
-                from pytest_lbr.programs.find import jited_ranges, resolve_program
+                from pytest_lbr.programs.find import resolve_program
 
                 with resolve_program(t) as ref:
-                    ranges = jited_ranges(ref.fd)
+                    details = read_details(ref.fd)  # once: its functions here, and its flow's
+                    ranges = [(lo, lo + n) for lo, n in details.functions] if details else []
                     self._matchers.append(program_matcher(ref.ksyms, ranges))
                     names = ref.ksyms if len(ref.ksyms) == len(ranges) else ref.ksyms[:1]
                     self._starts[i] = [
@@ -585,7 +587,7 @@ class GraphCapture:
                             call_sites.learn(name, lo, hi - lo)
                     if available is None:
                         available = filter_functions_text(inst.root)
-                    self._flows[t.spec] = flow_of(ref.fd, available, (ref.id, ref.tag))
+                    self._flows[t.spec] = flow_of(ref.fd, available, (ref.id, ref.tag), details)
                 programs.append(i)
             elif t.kind == "tp":
                 assert t.tracepoint is not None

@@ -104,7 +104,16 @@ def program_matcher(
     its own tag) or, when ftrace printed no name, its JITed address ranges.
     """
     names = frozenset(ksyms)
-    return lambda name, addr: name in names or any(lo <= addr < hi for lo, hi in ranges)
+
+    def inside(name: str, addr: int) -> bool:
+        if name in names:
+            return True
+        for lo, hi in ranges:  # a loop, not any(): asked for every record
+            if lo <= addr < hi:
+                return True
+        return False
+
+    return inside
 
 
 @dataclass
@@ -234,13 +243,18 @@ def build_hits(
             contexts.setdefault(context, [])  # a run that called nothing has no records
             exits_in.setdefault(context, {}).setdefault(i, []).append(raw)
     hook_times = sorted(r.ts_ns for rs in exits.values() for r in rs)
+    # Program runs are cut from the records (`_program_runs`): nesting them all, with
+    # its call-site searches, is for the other kinds and a live capture's `open_ended`.
+    nest = open_ended is not None or any(t.kind != "prog" for t in targets)
     hits: list[Hit] = []
     for (tid, irq, inner), recs in contexts.items():
         recs = without_exit_hooks(recs, hook_times)
-        mentions = Mentions(recs, returns)
-        steps = list(reconstruct(recs, returns, mentions, site_of))
-        if open_ended is not None and mentions.looked_past_end:
-            open_ended.append(True)
+        steps: list[Step] = []
+        if nest:
+            mentions = Mentions(recs, returns)
+            steps = list(reconstruct(recs, returns, mentions, site_of))
+            if open_ended is not None and mentions.looked_past_end:
+                open_ended.append(True)
         mine = exits_in.get((tid, irq, inner), {})
         found: list[Hit] = []
         for i, target in enumerate(targets):
@@ -484,7 +498,7 @@ def _program_runs(
         hits.append(hit)
         hit, site = None, None
 
-    mentions = Mentions(records, {})
+    mentions: list[Mentions] = []  # made when first asked: most runs never ask
     next_end = 0
     for index, rec in enumerate(records):
         if not isinstance(rec, FunctionRecord):
@@ -542,7 +556,8 @@ def _program_runs(
                 # out-of-line `inline` function): called by the innermost frame (or
                 # the program) whose code calls it; where none does, under the
                 # innermost call known to be still running, not under the top.
-                running = mentions.innermost_running(inner, index)
+                mentions = mentions or [Mentions(records, {})]
+                running = mentions[0].innermost_running(inner, index)
                 caller: int | None = None
                 entered: list[Frame] = []
                 if inner:  # from the top: the tracer records no returns

@@ -9,6 +9,7 @@ itself, which a user's program sees as that process's work, is `OWN_WORK_NOTE`'s
 
 from __future__ import annotations
 
+import functools
 import re
 
 from pytest_lbr.capture.graph.text import FunctionRecord
@@ -45,6 +46,12 @@ OWN_WORK_NOTE = (
 _TRACER_PROGRAM = re.compile(rf"^bpf_prog_[0-9a-f]{{16}}_(?:{'|'.join(TRACER_PROGRAMS)})$")
 
 
+@functools.lru_cache(maxsize=4096)
+def _tracer_parent(parent: str) -> bool:
+    """Whether a record with this parent is the tracer's own work (asked per record)."""
+    return parent in FTRACE_OWN_PARENTS or _TRACER_PROGRAM.match(parent) is not None
+
+
 class TracerOwn:
     """Which records are the tracer's own work (ftrace's, `FTRACE_OWN_PARENTS`; our
     programs', `_TRACER_PROGRAM`) or nested in it.
@@ -60,7 +67,7 @@ class TracerOwn:
         """Whether `r` is the tracer's own work (remembered: its callees are too)."""
         key = (r.tid, r.in_irq)
         inside = self._open.get(key)
-        own = r.parent in FTRACE_OWN_PARENTS or bool(r.parent and _TRACER_PROGRAM.match(r.parent))
+        own = r.parent is not None and _tracer_parent(r.parent)
         if own or (inside and r.parent in inside):
             self._open.setdefault(key, set()).add(r.func)
             return True

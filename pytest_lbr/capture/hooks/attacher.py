@@ -60,11 +60,19 @@ class TargetAttaching(TracerLoading):
         `function` is `func`'s index within a glob target (the hit's cookie).
         """
         prog_name = "lbr_fentry" if self.fentry else "lbr_fexit"
+        # A hook on a BPF program: loaded again from the session's first load of it
+        # where it can be (`TracerImage`); a kernel function's stays libbpf's.
+        again = bool(attach_fd) and self._maps is not None
+        config = bytes(self._config(self.tgid, index, function)) if again else b""
+        if again and self._load_again(prog_name, config, attach_fd, func, what):
+            return
         obj, prog = self._open(prog_name, self.tgid, target=index, function=function)
         check_int(
             lib.bpf_program__set_attach_target(prog, attach_fd, func.encode()), "set_attach_target"
         )
         self._load(obj, what)
+        if again:
+            self._remember(prog_name, config, obj, prog)
         self._links.append(
             _link(lib.bpf_program__attach_trace(prog), f"attach {prog_name} to {what}")
         )

@@ -48,7 +48,9 @@ class HookSet(TargetAttaching, RingReading):
     clean; the lost counter and the armed switch are always the set's own.
     `kernel_config=False` leaves the kernel addresses and offsets out of the
     tracer's config (a probe that only loads needs none; finding them reads
-    kallsyms and the kernel's BTF).
+    kallsyms and the kernel's BTF). With `maps`, a
+    fentry/fexit hook on a BPF program is loaded again from the session's first
+    load of it where the set's shared maps are lent (`tracer_maps.TracerImage`).
     """
 
     # -- lifecycle ---------------------------------------------------------------
@@ -87,9 +89,11 @@ class HookSet(TargetAttaching, RingReading):
         """Destroy every link, ring buffer and object (idempotent); give the maps
         back to the session's spare sets (`maps`) when they are clean."""
         clean = self._clean_maps()
-        linked = bool(self._links)
+        linked = bool(self._links or self._link_fds)
         while self._links:
             lib.bpf_link__destroy(self._links.pop())
+        while self._link_fds:
+            os.close(self._link_fds.pop())
         ring, self._ring = self._ring, None
         if ring is None:
             clean = clean and not linked  # the hooks may have written what nobody read
@@ -105,6 +109,8 @@ class HookSet(TargetAttaching, RingReading):
             spare = MapSet({key: os.dup(self._shared[key]) for key in POOLED}, ring)
         while self._objs:
             lib.bpf_object__close(self._objs.pop())
+        while self._own_fds:
+            os.close(self._own_fds.pop())
         self._images.clear()
         while self._refs:
             self._refs.pop().close()
@@ -136,7 +142,7 @@ class HookSet(TargetAttaching, RingReading):
     @property
     def link_fds(self) -> list[int]:
         """fds of the BPF links made (for tests: `bpftool link show`, link info)."""
-        return [lib.bpf_link__fd(link) for link in self._links]
+        return [lib.bpf_link__fd(link) for link in self._links] + self._link_fds
 
 
 def try_load_fexit(function: str = "vfs_write") -> None:

@@ -19,6 +19,7 @@ from pytest_lbr.bpf.libbpf import (
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.hooks.records import ConfigRecord
 from pytest_lbr.capture.hooks.state import HookState
+from pytest_lbr.capture.hooks.tracer_maps import POOLED
 from pytest_lbr.capture.hooks.tracer_object import (
     tracer_image,
     tracer_layout,
@@ -28,9 +29,10 @@ from pytest_lbr.kernel.kernel_btf import tracer_offsets
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.percpu import preempt_count_symbols
 
-__all__ = ["BPF_PROG_TYPE_TRACING", "TracerLoading", "kernel_refusal"]
+__all__ = ["BPF_PROG_TYPE_TRACING", "SHARED_MAPS", "TracerLoading", "kernel_refusal"]
 
-_SHARED_MAPS = (
+#: The maps a hook set's objects share: (HookSet key, name in the object).
+SHARED_MAPS = (
     ("ringbuf", b"lbr_events"),
     ("bss", b".bss"),
     ("lost", b".data.lost"),
@@ -118,8 +120,23 @@ class TracerLoading(HookState):
             raise CaptureError(
                 f"LBR tracer object has no program {program!r}; rebuild it (make -C bpf)"
             )
+        cfg = self._config(tgid, target, function)
+        rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
+        check_int(
+            lib.bpf_map__set_initial_value(rodata, ctypes.byref(cfg), ctypes.sizeof(cfg)),
+            "set tracer config",
+        )
+        # Share the ring buffer, snapshot slots, lost counter and scope maps with the first object.
+        for key, name in SHARED_MAPS:
+            m = lib.bpf_object__find_map_by_name(obj, name)
+            if key in self._shared:
+                check_int(lib.bpf_map__reuse_fd(m, self._shared[key]), f"reuse {name.decode()}")
+        return obj, found
+
+    def _config(self, tgid: int, target: int = 0, function: int = 0) -> ConfigRecord:
+        """The tracer's config (its .rodata) for an object filtering for `tgid`."""
         scope, keep_irq = self._scope(tgid)
-        cfg = ConfigRecord(
+        return ConfigRecord(
             tgid=tgid,
             target=target,
             snapshot=int(self.snapshot),
@@ -129,17 +146,6 @@ class TracerLoading(HookState):
             skip_tgid=self.skip_tgid,
             **(_kernel_config() if self._kernel_config else {}),
         )
-        rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
-        check_int(
-            lib.bpf_map__set_initial_value(rodata, ctypes.byref(cfg), ctypes.sizeof(cfg)),
-            "set tracer config",
-        )
-        # Share the ring buffer, snapshot slots, lost counter and scope maps with the first object.
-        for key, name in _SHARED_MAPS:
-            m = lib.bpf_object__find_map_by_name(obj, name)
-            if key in self._shared:
-                check_int(lib.bpf_map__reuse_fd(m, self._shared[key]), f"reuse {name.decode()}")
-        return obj, found
 
     def _load(self, obj: int, what: str) -> None:
         try:
@@ -154,11 +160,48 @@ class TracerLoading(HookState):
         if "armed" not in self._shared:
             # The set's first object: the maps it made (all, or those not lent) are
             # the others'; the scope's maps are filled before anything attaches.
-            for key, name in _SHARED_MAPS:
+            for key, name in SHARED_MAPS:
                 if key not in self._shared:
                     m = lib.bpf_object__find_map_by_name(obj, name)
                     self._shared[key] = lib.bpf_map__fd(m)
             self._seed()
+
+    def _load_again(
+        self, program: str, config: bytes, attach_fd: int, func: str, what: str
+    ) -> bool:
+        """The session's image of `program` with `config` (`TracerImage`) loaded
+        with this set's maps and attached to function `func` of the program behind
+        `attach_fd`. False where there is no image, the set's shared maps are not
+        lent, or the kernel refuses the load: then libbpf loads it (and says why)."""
+        image = self._maps.images.get(program, config) if self._maps is not None else None
+        if image is None or any(key not in self._shared for key in POOLED):
+            return False
+        made: dict[str, int] = {}
+        try:
+            if "armed" not in self._shared:  # the set's first object
+                made = image.new_set_maps()
+            prog_fd = image.load({**self._shared, **made}, attach_fd, func)
+        except BpfError:
+            for fd in made.values():
+                os.close(fd)
+            return False
+        self._own_fds.extend([*made.values(), prog_fd])
+        if made:
+            self._shared.update(made)
+            self._seed()  # before anything attaches
+        link = check_int(
+            lib.bpf_link_create(prog_fd, 0, image.attach_type, None),
+            f"attach {program} to {what}",
+        )
+        self._link_fds.append(link)
+        return True
+
+    def _remember(self, program: str, config: bytes, obj: int, prog: int) -> None:
+        """Keep what libbpf's load of `program` gave the kernel, for `_load_again`."""
+        images = self._maps.images if self._maps is not None else None
+        if images is not None and not images.known(program, config):
+            image = tracer_image(self._object or tracer_object())
+            images.remember(program, config, obj, prog, image, dict(SHARED_MAPS))
 
     def _prog_in(self, obj: int, name: str) -> int:
         return int(lib.bpf_object__find_program_by_name(obj, name.encode()))

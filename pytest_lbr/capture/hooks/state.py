@@ -73,6 +73,9 @@ class HookState:
         #: Each object's copy of the tracer's bytes: libbpf reads them until load.
         self._images: list[Any] = []
         self._links: list[int] = []
+        #: Links, programs and maps made without libbpf (`TracerImage`): closed by fd.
+        self._link_fds: list[int] = []
+        self._own_fds: list[int] = []
         self._base: int | None = None
         self._uprobe_obj: int | None = None
         #: The ring's reader: the lent set's, or made once the first object loaded.
