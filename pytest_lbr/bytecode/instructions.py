@@ -22,6 +22,8 @@ __all__ = [
     "PSEUDO_CALL",
     "PSEUDO_FUNC",
     "PSEUDO_KFUNC_CALL",
+    "PSEUDO_MAP_FD",
+    "PSEUDO_MAP_VALUE",
     "Insn",
     "XlatedCall",
     "decode_insns",
@@ -43,6 +45,9 @@ CALL = CLASS_JMP | OP_CALL
 LD_IMM64 = 0x18
 #: src_reg of a call: into a subprogram of the same program; of a kfunc.
 PSEUDO_CALL, PSEUDO_KFUNC_CALL = 1, 2
+#: src_reg of a 64-bit load: a map's fd; a map value's address (imm the map's fd, the
+#: second slot's imm the offset in its value).
+PSEUDO_MAP_FD, PSEUDO_MAP_VALUE = 1, 2
 #: src_reg of a 64-bit load: the address of a function of this program (a callback).
 PSEUDO_FUNC = 4
 #: BPF_FUNC_tail_call in uapi linux/bpf.h (stable ABI since Linux 4.2).

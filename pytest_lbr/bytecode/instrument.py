@@ -32,6 +32,7 @@ from pytest_lbr.bytecode.instructions import (
     OP_JA,
     PSEUDO_CALL,
     PSEUDO_FUNC,
+    PSEUDO_MAP_VALUE,
     Insn,
     decode_insns,
     successors,
@@ -39,9 +40,6 @@ from pytest_lbr.bytecode.instructions import (
 
 __all__ = ["InstrumentError", "Instrumented", "instrument"]
 
-#: src_reg of a 64-bit load: the address of a map's value (imm: the map's fd; the
-#: second slot's imm: the offset in the value).
-_PSEUDO_MAP_VALUE = 2
 #: BPF_STX | BPF_DW | BPF_ATOMIC with imm BPF_ADD: `lock *(u64 *)(dst + off) += src`.
 _ATOMIC_ADD64 = 0xDB
 _STX_DW, _LDX_DW, _MOV64_K = 0x7B, 0x79, 0xB7
@@ -234,7 +232,7 @@ def instrument(insns: bytes, flow: ControlFlow, map_fd: int) -> Instrumented:
                 f"no stack left to spill registers into (it uses {-slot - 16} of 512 bytes)"
             )
         seq = [_insn(_STX_DW, _FP, r, slot + 8 * k) for k, r in enumerate(spill)]
-        seq += [_insn(LD_IMM64, a, _PSEUDO_MAP_VALUE, 0, map_fd), _insn(0, imm=8 * counter)]
+        seq += [_insn(LD_IMM64, a, PSEUDO_MAP_VALUE, 0, map_fd), _insn(0, imm=8 * counter)]
         seq += [_insn(_MOV64_K, c, imm=1), _insn(_ATOMIC_ADD64, a, c)]
         seq += [_insn(_LDX_DW, r, _FP, slot + 8 * k) for k, r in enumerate(spill)]
         return seq

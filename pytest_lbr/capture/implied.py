@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_lbr.bytecode.flow import without_constants
 from pytest_lbr.capture.call_sites import call_sites
 from pytest_lbr.model import Branch, Hit, Location
 
@@ -73,7 +74,7 @@ def program_flow(
     `syms`: kallsyms, for the called functions' names; `details`: the program's
     `program_details`, where the caller has them. With `shapes` (what `traceable`
     stands for: the same number, the same answers), a program loaded again is paired
-    and named as the first program of its shape was (`_shape_of`)."""
+    and named as the first program of its shape was (`bytecode.flow.without_constants`)."""
     from pytest_lbr.bpf.libbpf import BpfError
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.kernel.machine import machine
@@ -101,7 +102,7 @@ def program_flow(
     shape = None
     if shapes is not None:
         where = tuple((ret - start, t if syms.in_core(t) else None) for ret, t in calls)
-        shape = (shapes, _shape_of(xlated), where)
+        shape = (shapes, without_constants(xlated), where)
     if shape is not None and shape in _shaped:
         _shaped[shape] = _shaped.pop(shape)  # the newest last: the oldest goes first
         first, known = _shaped[shape]
@@ -135,18 +136,6 @@ def _paired(
             unrecordable[k] = (ret, target, sym.name)
     sites = {ret: k for k, (ret, _) in zip(index, calls, strict=True)}
     return ProgramFlow(sites, call_dominators(xlated), unrecordable, returns)
-
-
-def _shape_of(xlated: bytes) -> bytes:
-    """Translated instructions without the map ids its 64-bit loads hold (new at each
-    load, and read by nothing that pairs or names a call)."""
-    code = bytearray(xlated)
-    for at in range(0, len(code) - 15, 8):
-        # BPF_LD | BPF_IMM | BPF_DW of a map (src_reg BPF_PSEUDO_MAP_FD/_VALUE/_IDX...):
-        # its first half's immediate holds the map, its second's a value's offset.
-        if code[at] == _LD_IMM64 and code[at + 1] >> 4 and code[at + 8] == 0:
-            code[at + 4 : at + 8] = bytes(4)
-    return bytes(code)
 
 
 def _moved(flow: ProgramFlow, delta: int, returns: tuple[int, bool] | None) -> ProgramFlow:
@@ -220,8 +209,6 @@ _flows: dict[tuple[int, str, int], ProgramFlow | None] = {}
 #: Flows by shape (`program_flow`) -> (the main function's address, its flow), of
 #: the first program of that shape.
 _shaped: dict[tuple[object, ...], tuple[int, ProgramFlow | None]] = {}
-#: BPF_LD | BPF_IMM | BPF_DW.
-_LD_IMM64 = 0x18
 #: Programs' flows kept: a long session loads many.
 _MAX_FLOWS = 1024
 

@@ -38,6 +38,8 @@ from ctypes import CFUNCTYPE, Structure, c_char, c_int, c_size_t, c_uint32, c_ui
 from dataclasses import dataclass, field
 
 from pytest_lbr.bpf.libbpf import BpfError, check_int, lib, prog_info, sys_bpf
+from pytest_lbr.bytecode.instructions import CALL, LD_IMM64, PSEUDO_MAP_FD, PSEUDO_MAP_VALUE
+from pytest_lbr.programs.btf_ext import ObjectLines, object_lines
 
 __all__ = [
     "POOLED",
@@ -48,7 +50,6 @@ __all__ = [
     "TracerImage",
     "TracerImages",
     "TracerMaps",
-    "ext_info",
 ]
 
 #: Sets a session keeps ready: a trace's own hook set and a kept program's hook
@@ -156,11 +157,6 @@ class TracerMaps:
 #: uapi enum bpf_cmd.
 _BPF_MAP_CREATE, _BPF_PROG_LOAD, _BPF_BTF_GET_FD_BY_ID = 0, 5, 19
 _BTF_KIND_FUNC = 12
-#: BPF_LD | BPF_IMM | BPF_DW, and its src_reg kinds: a map's fd, a map value's address.
-_LD_IMM64 = 0x18
-_PSEUDO_MAP_FD, _PSEUDO_MAP_VALUE = 1, 2
-#: BPF_JMP | BPF_CALL: src_reg 1 calls a subprogram, 2 a kfunc.
-_CALL = 0x85
 #: Images kept per session: one per (program, config); a session uses one or two.
 _MAX_IMAGES = 8
 #: The hook set's own maps (HookSet keys), made anew for each set (`HookSet` shares
@@ -407,20 +403,21 @@ def _image_of(
     while index < count:
         code, regs, _off, imm = struct.unpack_from("<BBhi", insns, index * 8)
         src = regs >> 4
-        if code == _LD_IMM64:
-            if src in (_PSEUDO_MAP_FD, _PSEUDO_MAP_VALUE) and imm in fd_key:
+        if code == LD_IMM64:
+            if src in (PSEUDO_MAP_FD, PSEUDO_MAP_VALUE) and imm in fd_key:
                 maps[index] = fd_key[imm]
             elif src != 0:
                 return None  # a kernel symbol, a function's address: libbpf's to resolve
             index += 2
             continue
-        if code == _CALL and src != 0:
+        if code == CALL and src != 0:
             return None  # a subprogram (its info would be appended) or a kfunc
         index += 1
-    funcs, lines = ext_info(image, lib.bpf_program__section_name(prog).decode())
+    found = _object_lines(image)
+    funcs, lines = found.packed(lib.bpf_program__section_name(prog).decode())
     info, _ = prog_info(lib.bpf_program__fd(prog))
     rodata = lib.bpf_object__find_map_by_name(obj, b".rodata")
-    license = _license(image)
+    license = found.license or None
     if not info.btf_id or funcs[2] != 1 or rodata is None or license is None:
         return None
     set_maps: dict[str, _SetMap] = {}
@@ -512,57 +509,7 @@ def _prog_func_id(prog_fd: int, func: str) -> int:
     return int(found)
 
 
-# -- the object's ELF: the program's .BTF.ext records and its licence ------------------
-
-
-def _sections(image: bytes) -> dict[str, bytes]:
-    """An ELF64 little-endian object's sections by name."""
-    if image[:4] != b"\x7fELF" or image[4] != 2 or image[5] != 1:
-        raise ValueError("not a 64-bit little-endian ELF object")
-    (shoff,) = struct.unpack_from("<Q", image, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQ", image, shoff + i * shentsize) for i in range(shnum)]
-    names = heads[shstrndx]
-    strtab = image[names[4] : names[4] + names[5]]
-    out: dict[str, bytes] = {}
-    for name_off, kind, _flags, _addr, offset, size in heads:
-        name = strtab[name_off : strtab.index(b"\0", name_off)].decode()
-        out[name] = b"" if kind == 8 else image[offset : offset + size]  # 8: SHT_NOBITS
-    return out
-
-
-def _license(image: bytes) -> bytes | None:
-    """The object's licence string (its "license" section), NUL-terminated."""
-    text = _sections(image).get("license")
-    return None if text is None else text.split(b"\0", 1)[0] + b"\0"
-
-
-@functools.lru_cache(maxsize=16)
-def ext_info(image: bytes, section: str) -> tuple[tuple[bytes, int, int], tuple[bytes, int, int]]:
-    """(func_info, line_info) of the program in ELF `section`, each (records, record
-    size, count), with instruction offsets in instructions, as libbpf gives the kernel
-    for a program that has its section to itself and calls no subprogram."""
-    sections = _sections(image)
-    btf, ext = sections[".BTF"], sections[".BTF.ext"]
-    hdr_len, _, _, str_off, _ = struct.unpack_from("<IIIII", btf, 4)
-    strings = btf[hdr_len + str_off :]
-    ext_hdr_len, func_off, func_len, line_off, line_len = struct.unpack_from("<IIIII", ext, 4)
-
-    def records(off: int, length: int) -> tuple[bytes, int, int]:
-        data = ext[ext_hdr_len + off : ext_hdr_len + off + length]
-        (rec_size,) = struct.unpack_from("<I", data, 0)
-        at = 4
-        while at < len(data):
-            name_off, count = struct.unpack_from("<II", data, at)
-            at += 8
-            name = strings[name_off : strings.index(b"\0", name_off)].decode()
-            if name == section:
-                out = bytearray(data[at : at + count * rec_size])
-                for k in range(count):
-                    (insn_off,) = struct.unpack_from("<I", out, k * rec_size)
-                    struct.pack_into("<I", out, k * rec_size, insn_off // 8)
-                return bytes(out), rec_size, count
-            at += count * rec_size
-        return b"", rec_size, 0
-
-    return records(func_off, func_len), records(line_off, line_len)
+@functools.lru_cache(maxsize=4)
+def _object_lines(image: bytes) -> ObjectLines:
+    """The packaged tracer object's function and line records and licence (read once)."""
+    return object_lines(image)
