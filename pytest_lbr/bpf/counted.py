@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_lbr.bpf.libbpf import BpfError, bpf_func_info, bpf_line_info, lib, prog_info
+from pytest_lbr.bpf.libbpf import (
+    BpfError,
+    bpf_func_info,
+    bpf_line_info,
+    bpf_prog_info,
+    lib,
+    prog_info,
+)
 from pytest_lbr.bytecode.flow import ControlFlow, control_flow, without_constants
 from pytest_lbr.bytecode.instructions import function_starts
 from pytest_lbr.bytecode.instrument import Instrumented, InstrumentError, instrument
@@ -225,7 +232,7 @@ def _first(item: tuple[int, RawLine]) -> int:
 def _load(
     obj: int,
     p: int,
-    info: object,
+    info: bpf_prog_info,
     layout: Instrumented,
     starts: list[int],
     func_types: list[int],
@@ -256,20 +263,20 @@ def _load(
     if ordered:
         opts.line_info, opts.line_info_cnt = ctypes.addressof(lines), len(ordered)
         opts.line_info_rec_size = ctypes.sizeof(bpf_line_info)
-    opts.attach_btf_id = info.attach_btf_id  # type: ignore[attr-defined]
+    opts.attach_btf_id = info.attach_btf_id
     btf_obj_fd = -1
-    if info.attach_btf_obj_id:  # type: ignore[attr-defined]
-        btf_obj_fd = lib.bpf_btf_get_fd_by_id(info.attach_btf_obj_id)  # type: ignore[attr-defined]
+    if info.attach_btf_obj_id:
+        btf_obj_fd = lib.bpf_btf_get_fd_by_id(info.attach_btf_obj_id)
         opts.attach_btf_obj_fd = max(btf_obj_fd, 0)
     opts.log_level, opts.log_size = 1, _LOG_SIZE
     opts.log_buf = ctypes.cast(log, ctypes.c_char_p)
     code = layout.insns
     buf = ctypes.create_string_buffer(code, len(code))
-    license = b"GPL" if info.gpl_compatible & 1 else b"Proprietary"  # type: ignore[attr-defined]
+    license = b"GPL" if info.gpl_compatible & 1 else b"Proprietary"
     try:
         fd = lib.bpf_prog_load(
-            info.type,  # type: ignore[attr-defined]
-            bytes(info.name).split(b"\0")[0],  # type: ignore[attr-defined]
+            info.type,
+            bytes(info.name).split(b"\0")[0],
             license,
             buf,
             len(code) // 8,
