@@ -53,7 +53,8 @@ def tracefs_state() -> dict[str, object]:
 def tracefs_left_behind(before: dict[str, object], after: dict[str, object]) -> dict[str, object]:
     """What `after` (a `tracefs_state()`) holds that `before` did not, file by file:
     functions enabled more often (enabled_functions: a leak adds; a hook of another
-    test, released by the kernel later, only removes), any other file changed."""
+    test, released by the kernel later, only removes), instances that are new, any
+    other file changed."""
     out: dict[str, object] = {}
     for key, now in after.items():
         was = before.get(key)
@@ -62,6 +63,10 @@ def tracefs_left_behind(before: dict[str, object], after: dict[str, object]) -> 
             more = {fn: n for fn, n in _enabled(now).items() if n > had.get(fn, 0)}
             if more:
                 out[key] = more
+        elif key == "instances" and isinstance(now, list) and isinstance(was, list):
+            new = sorted(set(now) - set(was))  # another tracer's, closed meanwhile, is no leak
+            if new:
+                out[key] = new
         elif now != was:
             out[key] = (was, now)
     return out
