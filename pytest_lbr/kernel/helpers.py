@@ -19,12 +19,13 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterable
-from ctypes import Structure, c_char, c_uint8, c_uint32
+from ctypes import Structure, c_char, c_uint8, c_uint32, c_uint64
 
 from pytest_lbr.bpf.libbpf import BpfError, btf_type, check_int, lib, prog_info
 
 __all__ = [
     "BPF_MAP_TYPE_PROG_ARRAY",
+    "bpf_map_info",
     "helper_ids",
     "helper_implementations",
     "map_op_implementations",
@@ -295,7 +296,10 @@ def verifier_inlines(helper: str, release: str, arch: str) -> bool | None:
     return False
 
 
-class _bpf_map_info(Structure):  # noqa: N801 -- uapi name; the head we read
+class bpf_map_info(Structure):  # noqa: N801 -- uapi name
+    """`struct bpf_map_info` (uapi linux/bpf.h), up to btf_value_type_id: the kernel
+    fills as much as the size given says."""
+
     _fields_ = [
         ("type", c_uint32),
         ("id", c_uint32),
@@ -304,6 +308,13 @@ class _bpf_map_info(Structure):  # noqa: N801 -- uapi name; the head we read
         ("max_entries", c_uint32),
         ("map_flags", c_uint32),
         ("name", c_char * 16),
+        ("ifindex", c_uint32),
+        ("btf_vmlinux_value_type_id", c_uint32),
+        ("netns_dev", c_uint64),
+        ("netns_ino", c_uint64),
+        ("btf_id", c_uint32),
+        ("btf_key_type_id", c_uint32),
+        ("btf_value_type_id", c_uint32),
     ]
 
 
@@ -311,11 +322,11 @@ class _bpf_map_info(Structure):  # noqa: N801 -- uapi name; the head we read
 BPF_MAP_TYPE_PROG_ARRAY = 3
 
 
-def _open_map(map_id: int) -> tuple[int, _bpf_map_info]:
+def _open_map(map_id: int) -> tuple[int, bpf_map_info]:
     """(an fd of map `map_id`, the head of its info); the caller closes the fd. Raises BpfError."""
     mfd = check_int(lib.bpf_map_get_fd_by_id(map_id), f"bpf_map_get_fd_by_id({map_id})")
     try:
-        minfo = _bpf_map_info()
+        minfo = bpf_map_info()
         size = c_uint32(ctypes.sizeof(minfo))
         check_int(
             lib.bpf_obj_get_info_by_fd(mfd, ctypes.byref(minfo), ctypes.byref(size)),

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from pytest_lbr.bpf.libbpf import BpfError, check_int, lib, prog_info, sys_bpf
 from pytest_lbr.bytecode.instructions import CALL, LD_IMM64, PSEUDO_MAP_FD, PSEUDO_MAP_VALUE
+from pytest_lbr.kernel.helpers import bpf_map_info
 from pytest_lbr.programs.btf_ext import ObjectLines, object_lines
 
 __all__ = [
@@ -212,27 +213,6 @@ class _MapCreateAttr(Structure):
     ]
 
 
-class _MapInfo(Structure):
-    """`struct bpf_map_info` (uapi), up to btf_value_type_id."""
-
-    _fields_ = [
-        ("type", c_uint32),
-        ("id", c_uint32),
-        ("key_size", c_uint32),
-        ("value_size", c_uint32),
-        ("max_entries", c_uint32),
-        ("map_flags", c_uint32),
-        ("name", c_char * 16),
-        ("ifindex", c_uint32),
-        ("btf_vmlinux_value_type_id", c_uint32),
-        ("netns_dev", c_uint64),
-        ("netns_ino", c_uint64),
-        ("btf_id", c_uint32),
-        ("btf_key_type_id", c_uint32),
-        ("btf_value_type_id", c_uint32),
-    ]
-
-
 class _BtfGetFdAttr(Structure):
     _fields_ = [("btf_id", c_uint32), ("next_id", c_uint32), ("open_flags", c_uint32)]
 
@@ -241,7 +221,7 @@ class _BtfGetFdAttr(Structure):
 class _SetMap:
     """How to make one of a hook set's own maps: the first load's, as it was made."""
 
-    info: _MapInfo
+    info: bpf_map_info
     #: Key 0's value right after libbpf's load (None: the map type has no user lookup).
     initial: bytes | None
 
@@ -456,7 +436,7 @@ def _btf_fd(btf_id: int) -> int:
 
 def _set_map(fd: int) -> _SetMap:
     """How map `fd` was made, and key 0's value now (for an array: its initial value)."""
-    info = _MapInfo()
+    info = bpf_map_info()
     size = c_uint32(ctypes.sizeof(info))
     check_int(lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "map info")
     initial = None
