@@ -6,7 +6,10 @@ The first test runs in the guests (/proc/kcore holds the image there).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,14 +57,10 @@ def test_a_long_session_keeps_the_newest_programs_learned() -> None:
     assert 0x1000 not in sites._learned and 0x1000 * 12 not in sites._learned
 
 
-@pytest.mark.kernel
-def test_a_patched_tail_call_jump_is_read_as_it_is_now() -> None:
-    """JIT code changes under its name and address: x86-64 makes a tail call with a
-    constant slot a direct jump, which the kernel patches in when the program array
-    gets a program and out when it loses it. What is read of JIT code is kept by what
-    its bytes are, never by its name: a stale jump once made 6.1's tail call in
-    examples/tail_loop read as a call from `entry` (a program loaded again, at its old
-    address under the same name)."""
+@contextlib.contextmanager
+def _tail_loop_sites() -> Iterator[tuple[Any, CallSites, Callable[[], list[int]]]]:
+    """examples/tail_loop loaded, `entry`'s call sites learnt: (the object, the sites,
+    the jumps from `entry` into `stage2` they read now)."""
     require_root()
     from pytest_lbr.bpf import BpfObject
 
@@ -76,6 +75,19 @@ def test_a_patched_tail_call_jump_is_read_as_it_is_now() -> None:
             calls = sites._calls("bpf_prog_entry", start, size)
             return [t for _, t in calls if stage2_start <= t < stage2_start + 64]
 
+        yield obj, sites, jumps_into_stage2
+
+
+@pytest.mark.kernel
+def test_a_patched_tail_call_jump_is_read_as_it_is_now() -> None:
+    """JIT code changes under its name and address: x86-64 makes a tail call with a
+    constant slot a direct jump, which the kernel patches in when the program array
+    gets a program and out when it loses it. What is read of JIT code is kept by what
+    its bytes are, never by its name: a stale jump once made 6.1's tail call in
+    examples/tail_loop read as a call from `entry` (a program loaded again, at its old
+    address under the same name)."""
+    with _tail_loop_sites() as (obj, sites, jumps_into_stage2):
+        stage2 = obj.programs["stage2"]
         assert not jumps_into_stage2()  # an empty slot: no jump
         obj.maps["stages"].update(0, stage2.fd)
         assert jumps_into_stage2(), "the direct tail call's jump is patched in"
@@ -87,20 +99,8 @@ def test_a_patched_tail_call_jump_is_read_as_it_is_now() -> None:
 def test_one_reading_reads_jit_code_once_and_the_next_reads_it_anew() -> None:
     """A trace's records are cut against one reading of the programs' code (the
     graph backend's `stop`): a jump patched in after it shows at the next reading."""
-    require_root()
-    from pytest_lbr.bpf import BpfObject
-
-    with BpfObject(TAIL_LOOP) as obj:
-        entry, stage2 = obj.programs["entry"], obj.programs["stage2"]
-        start, size = program_details(entry.fd).functions[0]
-        stage2_start = program_details(stage2.fd).functions[0][0]
-        sites = CallSites()
-        sites.learn("bpf_prog_entry", start, size)
-
-        def jumps_into_stage2() -> list[int]:
-            calls = sites._calls("bpf_prog_entry", start, size)
-            return [t for _, t in calls if stage2_start <= t < stage2_start + 64]
-
+    with _tail_loop_sites() as (obj, sites, jumps_into_stage2):
+        stage2 = obj.programs["stage2"]
         with sites.one_reading():
             assert not jumps_into_stage2()
             obj.maps["stages"].update(0, stage2.fd)
