@@ -173,6 +173,7 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return venv / "bin", project
 
 
+@pytest.mark.slow
 def test_a_third_party_project_runs_in_both_guests(user: tuple[Path, Path]) -> None:
     bindir, project = user
     exe = str(bindir / "pytest-lbr")

@@ -49,6 +49,7 @@ def _function(vm: VmlinuxLines, name: str) -> tuple[int, int]:
     return start, size
 
 
+@pytest.mark.slow
 def test_it_is_an_arm64_kernel(vmlinux_arm64: str) -> None:
     with open(vmlinux_arm64, "rb") as f:
         header = f.read(20)
@@ -79,6 +80,7 @@ def test_a_kernel_call_symbolizes_and_disassembles(vmlinux_arm64: str) -> None:
     assert instruction_at(calls[0].addr + 2, start, text.read, "arm64") is None
 
 
+@pytest.mark.slow
 def test_both_line_readers_agree_on_arm64(vmlinux_arm64: str) -> None:
     # gcc writes .debug_aranges, so pyelftools (no llvm-symbolizer) reads arm64 lines
     # too; the two readers must agree as they do on the x86-64 kernel.

@@ -139,6 +139,7 @@ def test_not_root_skips_with_the_reason_or_errors_with_require(
     assert_clean(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("backend", "hide", "reason"),
     [

@@ -413,6 +413,7 @@ def test_a_kernel_that_does_not_build_is_skipped(tmp_path: Path) -> None:
     assert _git(tree, "rev-parse", "HEAD") == commits[2]
 
 
+@pytest.mark.slow
 def test_a_guest_that_does_not_boot_is_a_skip_never_bad(tmp_path: Path) -> None:
     """A step whose kernel image cannot boot, through the real `pytest-lbr vm`: 125."""
     _vm_tools_or_skip()
@@ -563,6 +564,7 @@ run.GuestError.__init__ = _init_reworded
 """
 
 
+@pytest.mark.slow
 def test_rewording_the_vm_runners_messages_changes_no_verdict(tmp_path: Path) -> None:
     """The real `pytest-lbr vm --bisect` with a kernel that does not boot, once as it
     is and once with every `[vm]` line and guest error reworded (a sitecustomize): the

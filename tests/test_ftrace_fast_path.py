@@ -77,6 +77,7 @@ trace_text = st.tuples(
 ).map(lambda t: t[1].join(t[0]))
 
 
+@pytest.mark.slow
 @fuzz_settings(1500)
 @given(trace_text)
 @example(  # a tab where ftrace prints spaces: the line-by-line way takes "a" as the comm

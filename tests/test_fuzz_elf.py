@@ -111,6 +111,7 @@ def one_line(exc: Exception) -> None:
     assert "\n" not in str(exc), str(exc)
 
 
+@pytest.mark.slow
 @fuzz_settings(200)
 @given(data=st.data())
 def test_damaged_elf_symbols_or_one_line_error(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from collections import Counter
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -49,6 +50,7 @@ trace_line = st.one_of(
 )
 
 
+@pytest.mark.slow
 @fuzz_settings(800)
 @given(st.lists(trace_line, max_size=10).map("\n".join))
 @example(GOOD.replace("1234", "9" * 5000))  # regression: int() refused 5000 digits

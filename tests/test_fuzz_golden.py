@@ -56,6 +56,7 @@ def check(text: str) -> None:
     assert all(row.startswith("hit ") or " -> " in row for row in golden.lines)
 
 
+@pytest.mark.slow
 @fuzz_settings(1000)
 @given(st.lists(line, max_size=30).map("\n".join))
 @example("\n".join([*HEADER, "<<<<<<< HEAD", "a -> b", "=======", "a -> c", ">>>>>>> x"]))

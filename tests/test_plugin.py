@@ -534,6 +534,7 @@ def test_unused_golden_files_are_listed_then_pruned(suite: pytest.Pytester) -> N
     suite.runpytest("--help").stdout.fnmatch_lines(["*--lbr-golden-prune*delete golden traces*"])
 
 
+@pytest.mark.slow
 def test_unused_golden_files_under_xdist(suite: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     suite.makepyfile(test_suite=many_golden_tests(4))

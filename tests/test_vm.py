@@ -242,6 +242,7 @@ def test_the_worst_status_wins_and_bisect_maps_the_rest_to_skip() -> None:
     assert [bisect_status(s) for s in (0, 1, 2, 3, 4, 5, EXIT_NO_GUEST)] == [0, 1] + [125] * 5
 
 
+@pytest.mark.slow
 def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
     bogus = tmp_path / "vmlinuz-bogus"
     bogus.write_bytes(b"\x7fELF not really a kernel" * 100)
@@ -317,6 +318,7 @@ def test_deselected_by_addopts():
 """
 
 
+@pytest.mark.slow
 def test_guest_runs_in_the_callers_directory_and_reports_pytests_status(tmp_path: Path) -> None:
     """One guest: pytest's status and node ids as on the host, the environment the
     guest gets (--env, PYTEST_ADDOPTS), and the summary line counting traced tests. The

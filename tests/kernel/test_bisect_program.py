@@ -121,6 +121,7 @@ def _write_program(repo: Path, revision: int, checksum: bool, broken: bool = Fal
     (repo / "prog.bpf.c").write_text(text)
 
 
+@pytest.mark.slow
 def test_bisect_names_the_commit_that_changed_the_path(tmp_path: Path) -> None:
     for tool in ("git", "clang", "make"):
         if shutil.which(tool) is None:

@@ -205,6 +205,7 @@ def writer() -> Iterator[subprocess.Popen[str]]:
     stop_writer(proc)
 
 
+@pytest.mark.slow
 @backends
 def test_trace_prints_a_hit_in_the_documented_format(
     writer: subprocess.Popen[str], backend: str
@@ -260,6 +261,7 @@ def test_trace_prints_a_hit_in_the_documented_format(
     assert any("-> write_null+0x0" in line for line in branch_lines), res.stdout
 
 
+@pytest.mark.slow
 def test_trace_disasm_shows_the_call_instruction(writer: subprocess.Popen[str]) -> None:
     """--disasm: capstone over the debug vmlinux (6.1) or /proc/kcore (6.12)."""
     res = cli("trace", "kfunc:vfs_write", "--pid", str(writer.pid), "--count", "1", "--disasm")
@@ -282,6 +284,7 @@ def test_trace_disasm_shows_the_call_instruction(writer: subprocess.Popen[str]) 
     assert not leftovers()
 
 
+@pytest.mark.slow
 @backends
 def test_trace_prints_each_hit_as_it_arrives(backend: str) -> None:
     """A process writes once each time it is poked: each write is printed while the
@@ -317,6 +320,7 @@ def test_trace_prints_each_hit_as_it_arrives(backend: str) -> None:
     print(f"\nseconds from a write to its printed hit: {', '.join(f'{t:.1f}' for t in arrived)}")
 
 
+@pytest.mark.slow
 @backends
 def test_trace_all_streams_hits_of_other_processes(
     writer: subprocess.Popen[str], backend: str
@@ -356,6 +360,7 @@ def _completed(lines: Lines, rc: int) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @backends
 def test_trace_all_count_shows_other_processes(writer: subprocess.Popen[str], backend: str) -> None:
     trace = Lines("trace", "kfunc:vfs_write", *BACKEND_ARGS[backend], "--all", "--count", "5")
@@ -374,6 +379,7 @@ def test_trace_all_count_shows_other_processes(writer: subprocess.Popen[str], ba
     assert not leftovers()
 
 
+@pytest.mark.slow
 @backends
 def test_trace_json_of_one_pid(writer: subprocess.Popen[str], backend: str) -> None:
     """--pid P --json: only P's hits, one JSON object per line, while another process
@@ -427,6 +433,7 @@ def test_trace_json_of_one_pid(writer: subprocess.Popen[str], backend: str) -> N
     assert not leftovers()
 
 
+@pytest.mark.slow
 @backends
 def test_trace_errors_only_shows_error_returns(writer: subprocess.Popen[str], backend: str) -> None:
     """A process writing to a read-only fd: vfs_write returns -EBADF. --errors-only
@@ -452,6 +459,7 @@ def test_trace_errors_only_shows_error_returns(writer: subprocess.Popen[str], ba
     assert not leftovers()
 
 
+@pytest.mark.slow
 def test_doctor_in_the_guest() -> None:
     res = cli("doctor")
     keep_output("doctor", res)

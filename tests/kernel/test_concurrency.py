@@ -119,6 +119,7 @@ def _inside(bodies: list[tuple[int, int]], hooked: list[tuple[int, int]]) -> int
     return sum(any(a <= s and e <= d for a, d in hooked) for s, e in bodies)
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.12")
 def test_two_workers_get_only_their_own_hits(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch

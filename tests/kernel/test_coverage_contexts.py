@@ -48,6 +48,7 @@ INNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_each_line_names_the_tests_that_ran_it(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_arms=INNER.format(object=str(bpf_object("many_arms"))))
     results = pytester.path / "results.jsonl"

@@ -51,6 +51,7 @@ INNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_exact_counts_equal_the_programs_own(pytester: pytest.Pytester) -> None:
     counts = pytester.path / "counts.jsonl"
     runs = {t: {str(a): n for a, n in arms.items()} for t, arms in RUNS.items()}

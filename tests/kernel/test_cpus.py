@@ -51,6 +51,7 @@ def _run_on(on_cpu: Callable[[int], None], obj, cpu: int) -> None:
     assert int.from_bytes(obj.maps["last"][LAST_CPU], "little") == cpu
 
 
+@pytest.mark.slow
 def test_graph_hits_carry_the_cpu_they_ran_on(on_cpu, xdp_helpers) -> None:
     with Tracer(backend="graph").trace(xdp_helpers.programs["xdp_helpers"]) as trace:
         for cpu in (1, 0, 1):

@@ -187,6 +187,7 @@ def stale(before: dict[str, object]) -> list[str]:
     return [i for i in now if i not in known and i.startswith(INSTANCE_PREFIX)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sig",
     [
@@ -214,6 +215,7 @@ def test_killed_mid_trace_next_session_cleans_up(tmp_path: Path, sig: signal.Sig
     assert settle(before) == {}
 
 
+@pytest.mark.slow
 def test_pytest_timeout_inside_a_trace_releases_everything(tmp_path: Path) -> None:
     pytest.importorskip("pytest_timeout")
     before = state()
@@ -227,6 +229,7 @@ def test_pytest_timeout_inside_a_trace_releases_everything(tmp_path: Path) -> No
     assert settle(before) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.1")
 def test_crashed_xdist_worker_next_session_cleans_up(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
@@ -307,6 +310,7 @@ def test_bad_targets_fail_in_one_line_with_a_tracing_kernel(
     assert settle(before) == {}
 
 
+@pytest.mark.slow
 def test_bad_targets_inside_with_lbr_trace_fail_in_one_line(
     bad_targets: tuple[str, dict[str, object]],
 ) -> None:

@@ -189,6 +189,7 @@ def test_tracepoint_hits(graph: Tracer) -> None:
     assert len(trace.hits) == 2, str(trace)
 
 
+@pytest.mark.slow
 def test_state_restored_after_failure_and_interrupt(xdp_helpers) -> None:
     before = _tracefs_state()
     with Tracer(backend="graph") as tracer:
@@ -202,6 +203,7 @@ def test_state_restored_after_failure_and_interrupt(xdp_helpers) -> None:
     assert _tracefs_state() == before
 
 
+@pytest.mark.slow
 def test_function_tracer_armed_once_per_tracer() -> None:
     """The instance and its function tracer outlive a trace; each trace's probes do not;
     closing the tracer removes everything."""
@@ -272,6 +274,7 @@ def touch_binary(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["process", "children"])
 def test_children_scope_records_a_child_process_kernel_calls(
     graph: Tracer, touch_binary, scope: str

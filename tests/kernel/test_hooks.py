@@ -164,6 +164,7 @@ def test_hook_on_xdp_program_sees_each_run(fentry: bool) -> None:
     assert {(h.pid, h.tid) for h in hits} == {(os.getpid(), threading.get_native_id())}
 
 
+@pytest.mark.slow
 def test_glob_attaches_in_one_kprobe_multi_link_or_falls_back() -> None:
     with HookSet([parse_target("kfunc:tcp_*")], snapshot=True) as hooks:
         (attached,) = hooks.attached
@@ -219,6 +220,7 @@ def uprobe_binary(tmp_path: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_uprobe_and_uretprobe_on_a_small_program(uprobe_binary: Path) -> None:
     targets = [
         parse_target(f"uprobe:{uprobe_binary}:lbr_add"),
@@ -240,6 +242,7 @@ int bcc_xdp(struct xdp_md *ctx) {
 """
 
 
+@pytest.mark.slow
 def test_bcc_loaded_program_is_hooked() -> None:
     bcc = pytest.importorskip("bcc")
     from pytest_lbr.bpf.libbpf import lib

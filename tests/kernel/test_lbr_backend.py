@@ -133,6 +133,7 @@ PMU_SUITE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_plugin_runs_the_lbr_backend_on_software_events(pytester: pytest.Pytester) -> None:
     """--lbr-pmu=software from the command line, and lbr_pmu = software from the ini."""
     pytester.makepyfile(test_pmu=PMU_SUITE)

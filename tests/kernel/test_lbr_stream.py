@@ -68,6 +68,7 @@ def test_poll_hands_over_each_hit_once_while_armed(writer) -> None:
     assert {h.comm for h in streamed} == {os.path.basename(sys.executable)[:15]}
 
 
+@pytest.mark.slow
 def test_the_cli_streams_json_hits_of_one_pid_on_software_events(writer) -> None:
     """`pytest-lbr trace --backend lbr --pmu software kfunc:write_null --pid P --count 3
     --json`: three objects, all of P, each with write_null's return value and no

@@ -25,6 +25,7 @@ WRITES = 150_000
 PMU = {"graph": "hardware", "lbr": "software"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", list(PMU))
 def test_a_reader_that_falls_behind_counts_the_loss_and_keeps_the_count(backend: str) -> None:
     # Started before the trace and told to go once it is armed, so that its start-up

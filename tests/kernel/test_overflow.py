@@ -85,6 +85,7 @@ def test_system_wide_burst_counts_what_it_drops() -> None:
     assert trace.lost == truth - len(trace.hits), (trace.lost, truth, len(trace.hits))
 
 
+@pytest.mark.slow
 def test_golden_check_of_an_incomplete_trace_says_so(pytester: pytest.Pytester) -> None:
     # The inner session imports traced_runs from this repository's tests.
     pytester.makeconftest(f"import sys\nsys.path.append({str(REPO)!r})\n")

@@ -102,6 +102,7 @@ def test_the_session_tracer_adds_no_mkdir_rmdir_or_fork(
 BACKENDS = [("graph", "hardware"), ("lbr", "software")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "pmu"), BACKENDS, ids=[b for b, _ in BACKENDS])
 def test_a_prepared_tracer_adds_no_mkdir_rmdir_or_fork(
     counter: BpfObject, tmp_path: Path, backend: str, pmu: str
@@ -115,6 +116,7 @@ def test_a_prepared_tracer_adds_no_mkdir_rmdir_or_fork(
     assert extra == []
 
 
+@pytest.mark.slow
 def test_a_first_trace_without_prepare_says_what_it_did(counter: BpfObject, tmp_path: Path) -> None:
     """Unprepared, the graph backend's first trace probes and makes its instance in the
     traced process: the program counts it, and the trace's notes name it."""

@@ -65,6 +65,7 @@ def named_from_its_tables(trace: Trace) -> None:
     assert trace.called("bpf_map_lookup_elem", by="xdp_helpers")
 
 
+@pytest.mark.slow
 def test_a_program_traced_twice_is_read_once(graph: Tracer) -> None:
     with BpfLoader() as bpf:
         prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
@@ -78,6 +79,7 @@ def test_a_program_traced_twice_is_read_once(graph: Tracer) -> None:
     named_from_its_tables(second)
 
 
+@pytest.mark.slow
 def test_a_new_program_costs_no_read_of_kallsyms(graph: Tracer) -> None:
     with BpfLoader() as bpf:  # the session's first trace may read kallsyms: not counted
         traced_run(graph, bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"])
@@ -91,6 +93,7 @@ def test_a_new_program_costs_no_read_of_kallsyms(graph: Tracer) -> None:
     assert flows_worked_out() == flows + 2  # one per new program
 
 
+@pytest.mark.slow
 def test_a_program_loaded_again_has_its_helper_calls_worked_out_once(graph: Tracer) -> None:
     """A test's fixture loads the same object again: its program's helper calls are
     taken from the first load's (the same instructions, but for its maps' ids)."""
@@ -107,6 +110,7 @@ def test_a_program_loaded_again_has_its_helper_calls_worked_out_once(graph: Trac
     assert again == dataclasses.replace(first, prog_id=again.prog_id)
 
 
+@pytest.mark.slow
 def test_a_program_loaded_again_takes_its_flow_from_its_shape(graph: Tracer) -> None:
     """Its calls paired and named as its first load's were, moved to where its code
     is now: the same flow as worked out anew from its own code (before its trace:

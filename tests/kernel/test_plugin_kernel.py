@@ -63,6 +63,7 @@ def golden(pytester: pytest.Pytester, name: str) -> Path:
     return pytester.path / "__lbr_golden__" / "test_write" / f"{name}.lbr"
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.1")
 def test_golden_update_check_and_change(suite: pytest.Pytester) -> None:
     written = suite.runpytest(*ARGS, "--lbr-golden-update", "--lbr-report=rep", "-k", "marker")
@@ -104,6 +105,7 @@ STABLE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.12")
 def test_golden_is_stable_over_runs(suite: pytest.Pytester) -> None:
     """RUNS traces of the same code, PER_SESSION to a session: noise must never make
@@ -125,6 +127,7 @@ def test_golden_is_stable_over_runs(suite: pytest.Pytester) -> None:
     assert not failures, f"{len(failures)} sessions differed; first: {failures[0]}"
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.1")
 def test_xdist_two_workers(suite: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
@@ -134,6 +137,7 @@ def test_xdist_two_workers(suite: pytest.Pytester) -> None:
     suite.runpytest_subprocess(*ARGS, "-n", "2").assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.1")
 def test_git_bisect_finds_the_commit_that_changed_the_path(suite: pytest.Pytester) -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}

@@ -55,6 +55,7 @@ def test_one_hook_per_program_for_the_session_and_only_each_traces_runs(tracer: 
     assert bpf_ids("link") == links_before
 
 
+@pytest.mark.slow
 def test_closing_the_session_releases_the_hooks() -> None:
     links_before = bpf_ids("link")
     with BpfLoader().load(bpf_object("xdp_helpers")) as obj:
@@ -78,6 +79,7 @@ def test_a_program_named_by_id_gets_a_hook_per_trace(tracer: Tracer) -> None:
             assert bpf_ids("link") == links_before
 
 
+@pytest.mark.slow
 def test_an_object_closed_during_a_trace_loses_its_hook_at_the_trace_end() -> None:
     links_before = bpf_ids("link")
     with Tracer(backend="graph") as tracer:
@@ -90,6 +92,7 @@ def test_an_object_closed_during_a_trace_loses_its_hook_at_the_trace_end() -> No
         assert bpf_ids("link") == links_before
 
 
+@pytest.mark.slow
 def test_a_session_keeps_a_bounded_number_of_programs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(program_exits, "KEPT_PROGRAMS", 1)
     links_before = bpf_ids("link")
@@ -105,6 +108,7 @@ def test_a_session_keeps_a_bounded_number_of_programs(monkeypatch: pytest.Monkey
     assert bpf_ids("link") == links_before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kept", [0, 4])
 def test_two_programs_in_one_trace_get_their_own_return_values(
     monkeypatch: pytest.MonkeyPatch, tracer: Tracer, kept: int

@@ -87,6 +87,7 @@ def assert_named_as_written(trace: Trace, by: str) -> None:
     assert any("[bpf_map_update_elem]" in s for s in shown), shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["bcc first", "bpf fixture first"])
 def test_helper_names_do_not_depend_on_what_was_traced_before(bpf, lbr, order):
     if order == "bcc first":
@@ -138,6 +139,7 @@ def test_calls_a_frozen_const_volatile_switches_off_are_removed_not_inlined(bpf,
     )
 
 
+@pytest.mark.slow
 def test_a_query_about_an_unknown_name_raises(bpf, lbr):
     tp_trace, _ = trace_ours(bpf, lbr)
     with pytest.raises(TraceQueryError, match="no_such_function"):

@@ -127,6 +127,7 @@ def cgroup() -> Iterator[Path]:
         path.rmdir()
 
 
+@pytest.mark.slow
 def test_cgroup_scope_records_the_cgroups_tasks(writer, cgroup: Path, backend) -> None:
     (cgroup / "cgroup.procs").write_text(str(writer.pid))
     with Tracer(backend=backend) as tracer:
@@ -161,6 +162,7 @@ XDP_OBJECT = Path(__file__).parents[2] / "examples" / "veth_xdp" / "build" / "ve
 XDP_PASS, PACKETS, PORT = 2, 5, 4242
 
 
+@pytest.mark.slow
 def test_system_scope_records_xdp_in_interrupt_context(bpf, veth, backend) -> None:
     """XDP runs where the veth receives, in softirq: under scope="system" one hit per
     packet, with the program's return value and in_interrupt set."""
@@ -186,6 +188,7 @@ def test_system_scope_records_xdp_in_interrupt_context(bpf, veth, backend) -> No
 CHILD = ["sh", "-c", "printf abc > /dev/null"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["children", "process"])
 def test_kfunc_hit_in_a_child_is_captured_with_children_scope_only(scope: str, backend) -> None:
     """A child started inside the block writes: its vfs_write is a hit of the

@@ -27,6 +27,7 @@ HAS_LBR = os.path.exists("/sys/bus/event_source/devices/cpu/caps/branches")
 LINE = re.compile(r"^\[(pass|fail|not available)\] ([^:]+): (.*)$")
 
 
+@pytest.mark.slow
 def test_selftest_reports_every_item_and_writes_the_bundle(tmp_path: Path) -> None:
     out = tmp_path / "bundle"
     res = subprocess.run(

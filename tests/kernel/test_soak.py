@@ -41,6 +41,7 @@ SERIES = {"graph": "6.1", "lbr": "6.12"}
 WARMUP = 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backend", [pytest.param(b, marks=pytest.mark.one_kernel(SERIES[b])) for b in soak.BACKENDS]
 )

@@ -91,6 +91,7 @@ def test_a_warning_fails_the_test_it_happened_in(
     assert text.startswith("# kernel splat\n------------[ cut here ]------------\n" + MESSAGE)
 
 
+@pytest.mark.slow
 def test_a_warning_outside_any_test_fails_the_run(
     pytester: pytest.Pytester, warning_module: None
 ) -> None:
@@ -141,6 +142,7 @@ XDIST_INNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.one_kernel("6.12")
 def test_under_xdist_only_the_worker_that_warned_reports_it(
     pytester: pytest.Pytester, warning_module: None

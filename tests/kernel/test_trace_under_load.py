@@ -152,6 +152,7 @@ def _state() -> dict[str, object]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["graph", "lbr"])
 def test_trace_under_load_holds_only_its_own_hits(backend: str, tmp_path: Path) -> None:
     if shutil.which("stress-ng") is None:

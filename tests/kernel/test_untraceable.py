@@ -106,6 +106,7 @@ def test_program_without_btf_is_one_line(btfless_prog: int) -> None:
     assert (bpf_ids("prog"), bpf_ids("link")) == before  # nothing loaded, nothing left
 
 
+@pytest.mark.slow
 def test_graph_backend_traces_the_program_without_btf(btfless_prog: int) -> None:
     with Tracer(backend="graph").trace(f"prog:{btfless_prog}") as trace:
         _run(btfless_prog, 2)
@@ -175,6 +176,7 @@ INNER_CONFTEST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_busy_lbr_reaches_lbr_require(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyfile(

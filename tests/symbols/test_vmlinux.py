@@ -46,6 +46,7 @@ def _llvm() -> str:
     pytest.skip("llvm-symbolizer is not installed (Debian package llvm)")
 
 
+@pytest.mark.slow
 def test_pyelftools_agrees_with_llvm_symbolizer(vmlinux_61: str, tmp_path) -> None:
     _llvm()
     llvm = VmlinuxLines(vmlinux_61, cache=False)
