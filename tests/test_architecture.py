@@ -14,15 +14,15 @@ PACKAGE = Path(pytest_lbr.__file__).resolve().parent
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
     return name.removeprefix("pytest_lbr.") if name != "pytest_lbr" else name
 
 
-def _imports() -> dict[str, set[str]]:
+def _imports(package_dir: Path = PACKAGE) -> dict[str, set[str]]:
     """Module -> the package modules it imports (lazy imports inside functions too)."""
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = {_module_name(p, package_dir): p for p in package_dir.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -75,16 +75,39 @@ def _layer_of(module: str, layers: list[list[str]]) -> int:
     return found[0]
 
 
-def test_every_import_goes_to_the_same_or_a_lower_layer() -> None:
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
     layers = _layers()
-    graph = _imports()
-    wrong = [
+    return [
         f"{m} (layer {_layer_of(m, layers) + 1}) imports {d} (layer {_layer_of(d, layers) + 1})"
         for m, deps in sorted(graph.items())
         for d in sorted(deps)
         if _layer_of(d, layers) > _layer_of(m, layers)
     ]
+
+
+def test_every_import_goes_to_the_same_or_a_lower_layer() -> None:
+    wrong = _upward_imports(_imports())
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_check_finds_a_planted_upward_import(tmp_path: Path) -> None:
+    """Issue 52: the floors are enforced. A copy of the package where a kernel reader
+    imports the symbolizer (layer 2 -> 4: kallsyms lives with the symbols) and the
+    libbpf bindings import the harness (layer 1 -> 5) fails the check, naming both."""
+    import shutil
+
+    copy = tmp_path / "pytest_lbr"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "objects"))
+    for module, line in (
+        ("kernel/helpers.py", "from ..symbols import kallsyms"),
+        ("bpf/libbpf.py", "from pytest_lbr.bpf.harness import BpfLoader"),
+    ):
+        path = copy / module
+        path.write_text(path.read_text() + f"\n\ndef _planted():\n    {line}\n")
+    assert _upward_imports(_imports(copy)) == [
+        "bpf.libbpf (layer 1) imports bpf.harness (layer 5)",
+        "kernel.helpers (layer 2) imports symbols.kallsyms (layer 4)",
+    ]
 
 
 def test_there_is_no_import_cycle() -> None:
