@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import golden
-from pytest_lbr.plugin.session import EXIT_CANNOT_TRACE
+from pytest_lbr.exit_codes import EXIT_CANNOT_TEST
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -286,9 +286,9 @@ def test_unavailable_backend_skips_and_exits_125(pytester: pytest.Pytester) -> N
     result.assert_outcomes(skipped=1)
     assert "tracing disabled" not in result.stdout.str()
     result.stdout.fnmatch_lines(
-        [f"*tracing could not run*exit status {EXIT_CANNOT_TRACE}*", "SKIPPED*"]
+        [f"*tracing could not run*exit status {EXIT_CANNOT_TEST}*", "SKIPPED*"]
     )
-    assert result.ret == EXIT_CANNOT_TRACE
+    assert result.ret == EXIT_CANNOT_TEST
 
 
 @pytest.mark.skipif(
@@ -307,7 +307,7 @@ def test_require_turns_unavailable_into_an_error(pytester: pytest.Pytester) -> N
     result = pytester.runpytest("--lbr", "--lbr-require")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*tracing required (--lbr-require) but unavailable: *"])
-    assert result.ret == EXIT_CANNOT_TRACE
+    assert result.ret == EXIT_CANNOT_TEST
 
 
 # -- golden traces ---------------------------------------------------------------------

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 from pytest_lbr import vm
+from pytest_lbr.exit_codes import EXIT_CANNOT_TEST, EXIT_NO_GUEST
 from pytest_lbr.guest_mode import read_tally
 from pytest_lbr.results import guest_record
 from pytest_lbr.vm import (
-    EXIT_NO_GUEST,
-    EXIT_SKIP,
     VmError,
     bisect_status,
     resolve_kernel,
@@ -170,11 +169,11 @@ def test_unknown_kernel_is_one_clear_line(tmp_path: Path) -> None:
         "[vm] error: no kernel 4.19 installed (/boot/vmlinuz-4.19.*): install one"
     )
     bisect = _run("--kernel", "4.19", "--bisect", "--dry-run", cwd=tmp_path)
-    assert bisect.returncode == EXIT_SKIP
+    assert bisect.returncode == EXIT_CANNOT_TEST
     assert not (tmp_path / "lbr-results").exists()  # a dry run writes nothing
     # A run that cannot start its guest leaves it a record saying why, for machines.
     bisect = _run("--kernel", "4.19", "--bisect", "--results", "r", cwd=tmp_path)
-    assert bisect.returncode == EXIT_SKIP
+    assert bisect.returncode == EXIT_CANNOT_TEST
     record = guest_record(tmp_path / "r" / "4.19")
     assert record is not None and (record.end, record.status) == ("not_started", None)
     assert record.error.startswith("no kernel 4.19 installed")
@@ -278,7 +277,7 @@ def test_non_kernel_image_fails_fast_with_a_message(tmp_path: Path) -> None:
         "--boot-timeout",
         "60",
     )
-    assert out.returncode == EXIT_SKIP, out.stderr
+    assert out.returncode == EXIT_CANNOT_TEST, out.stderr
 
 
 def test_hung_boot_is_killed_within_the_boot_timeout(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.vm import EXIT_NO_GUEST
+from pytest_lbr.exit_codes import EXIT_NO_GUEST
 from pytest_lbr.vm.root import GuestRoot, RootError, machine_name
 from tests.commands import PYTEST_LBR
 

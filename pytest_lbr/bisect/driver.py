@@ -42,13 +42,10 @@ from pytest_lbr.bisect.step import (
     run_step,
     test_command,
 )
+from pytest_lbr.exit_codes import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE
 from pytest_lbr.progress import progress, set_progress
 
 __all__ = [
-    "EXIT_FOUND",
-    "EXIT_INTERRUPTED",
-    "EXIT_NOT_FOUND",
-    "EXIT_USAGE",
     "BisectError",
     "BisectOutcome",
     "build_parser",
@@ -57,8 +54,6 @@ __all__ = [
     "run_bisect",
 ]
 
-#: `pytest-lbr bisect`'s own exit statuses.
-EXIT_FOUND, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: The state directory, inside the bisected repository's git directory: never in the
 #: way of a checkout, and gone with the repository.
 STATE_DIR = "pytest-lbr-bisect"

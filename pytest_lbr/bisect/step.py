@@ -25,14 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from pytest_lbr.exit_codes import EXIT_BAD, EXIT_CANNOT_TEST, EXIT_GOOD
 from pytest_lbr.guest_mode import RESULTS_FILE
 from pytest_lbr.progress import progress, set_progress
 from pytest_lbr.results import Results, guest_record, read_results
 
 __all__ = [
-    "EXIT_BAD",
-    "EXIT_GOOD",
-    "EXIT_SKIP",
     "PLAN_FILE",
     "RESULTS_FILE",
     "STEPS_FILE",
@@ -50,8 +48,7 @@ __all__ = [
 ]
 
 Verdict = Literal["good", "bad", "skip"]
-EXIT_GOOD, EXIT_BAD, EXIT_SKIP = 0, 1, 125
-_EXIT_OF: dict[Verdict, int] = {"good": EXIT_GOOD, "bad": EXIT_BAD, "skip": EXIT_SKIP}
+_EXIT_OF: dict[Verdict, int] = {"good": EXIT_GOOD, "bad": EXIT_BAD, "skip": EXIT_CANNOT_TEST}
 
 #: What pytest-lbr needs from a kernel it boots: BPF with BTF, ftrace with the function
 #: graph tracer (the graph backend), kprobes (and kprobe.multi: FPROBE), BPF events.
@@ -180,7 +177,7 @@ def pytest_verdict(status: int, results: Results | None, output: str) -> tuple[V
             if why:
                 return "bad", why
         return "bad", "a test failed"
-    if status == EXIT_SKIP:
+    if status == EXIT_CANNOT_TEST:
         session = results.session if results is not None else None
         if session is not None and not session.tracing and session.reason:
             return "skip", f"tracing impossible: {session.reason}"

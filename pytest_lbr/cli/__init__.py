@@ -40,14 +40,9 @@ from typing import TextIO
 
 from pytest_lbr.cli.diff import run_diff
 from pytest_lbr.cli.doctor import DoctorCheck, doctor_checks, mount_check, run_doctor
-from pytest_lbr.cli.status import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    UsageError,
-)
+from pytest_lbr.cli.status import UsageError
 from pytest_lbr.cli.trace import run_trace
+from pytest_lbr.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pytest_lbr.names import BackendName, ColorWhen, LbrFilter, PmuName, choices
 from pytest_lbr.progress import set_progress
 

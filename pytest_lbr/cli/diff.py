@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from pytest_lbr.cli.status import EXIT_FAILED, EXIT_OK, UsageError
+from pytest_lbr.cli.status import UsageError
+from pytest_lbr.exit_codes import EXIT_FAILED, EXIT_OK
 
 __all__ = ["run_diff"]
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from pytest_lbr.cli.status import EXIT_FAILED, EXIT_OK
+from pytest_lbr.exit_codes import EXIT_FAILED, EXIT_OK
 
 __all__ = ["DoctorCheck", "doctor_checks", "mount_check", "run_doctor"]
 

@@ -10,7 +10,8 @@ import time
 from types import FrameType
 from typing import TextIO
 
-from pytest_lbr.cli.status import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from pytest_lbr.cli.status import UsageError
+from pytest_lbr.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, format_branches, format_hit_header
 from pytest_lbr.model.text import tree_lines
 from pytest_lbr.names import ColorWhen

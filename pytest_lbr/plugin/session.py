@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_lbr.exit_codes import EXIT_CANNOT_TEST
 from pytest_lbr.guest_mode import TRACING_PROPERTY
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind
 from pytest_lbr.plugin.golden import golden_book
@@ -40,10 +41,8 @@ if TYPE_CHECKING:
     from pytest_lbr.model import Trace
     from pytest_lbr.tracer import Tracer
 
-__all__ = ["EXIT_CANNOT_TRACE", "SESSION_KEY", "LbrSession"]
+__all__ = ["SESSION_KEY", "LbrSession"]
 
-#: `git bisect run` reads 125 as "this commit cannot be tested": used when tracing could not run.
-EXIT_CANNOT_TRACE = 125
 DISABLED_REASON = "tracing disabled: run with --lbr"
 _MARKER_KWARGS = {
     "golden",
@@ -314,7 +313,7 @@ class LbrSession:
             symbols.flush_symbolizers()
         if self.enabled and self.traced_unavailable and not self.traced_ok:
             self.unavailable_reason = self.probe()[2]
-            session.exitstatus = EXIT_CANNOT_TRACE
+            session.exitstatus = EXIT_CANNOT_TEST
         if self.report_dir is not None and not self.is_worker:
             from pytest_lbr.report.render import write_html
 
@@ -335,5 +334,5 @@ class LbrSession:
         if self.unavailable_reason:
             terminal.write_line(
                 f"lbr: tracing could not run in this session ({self.unavailable_reason}): "
-                f"exit status {EXIT_CANNOT_TRACE}"
+                f"exit status {EXIT_CANNOT_TEST}"
             )

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_lbr.exit_codes import EXIT_CANNOT_TEST, EXIT_NO_GUEST
 from pytest_lbr.guest_mode import Shard
 from pytest_lbr.vm.coverage import split_coverage_args
 from pytest_lbr.vm.env import GUEST_ENV_FILE, env_option, guest_environment
@@ -50,8 +51,6 @@ from pytest_lbr.vm.messages import VmError, say
 from pytest_lbr.vm.plan import VmPlan, build_command, claim_results_dir
 from pytest_lbr.vm.root import GuestRoot, RootError, machine_name
 from pytest_lbr.vm.run import (
-    EXIT_NO_GUEST,
-    EXIT_SKIP,
     STARTED,
     STATUS,
     GuestError,
@@ -67,8 +66,6 @@ from pytest_lbr.vm.run import (
 )
 
 __all__ = [
-    "EXIT_NO_GUEST",
-    "EXIT_SKIP",
     "GUEST_ENV_FILE",
     "STARTED",
     "STATUS",
@@ -326,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: {exc}")
         if not args.dry_run:
             _record_not_started(args, str(exc))
-        return EXIT_SKIP if args.bisect else EXIT_NO_GUEST
+        return EXIT_CANNOT_TEST if args.bisect else EXIT_NO_GUEST
     if args.dry_run:
         for plan in plans:
             print(shlex.join(plan.command))

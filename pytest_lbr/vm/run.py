@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
+from pytest_lbr.exit_codes import EXIT_CANNOT_TEST, EXIT_NO_GUEST
 from pytest_lbr.guest_mode import RESULTS_FILE, SPLATS_FILE, Tally, read_noted_splats, tally_of
 from pytest_lbr.kernel.kmsg import Splat, find_splats
 from pytest_lbr.results import (
@@ -42,8 +43,6 @@ from pytest_lbr.vm.messages import PRINT_LOCK, VmError
 from pytest_lbr.vm.plan import VmPlan
 
 __all__ = [
-    "EXIT_NO_GUEST",
-    "EXIT_SKIP",
     "STARTED",
     "SUMMARY_FILE",
     "STATUS",
@@ -65,11 +64,6 @@ SUMMARY_FILE = "summary.md"
 #: Files of the results directory the guest side writes: that it started, its status.
 STARTED = "started"
 STATUS = "status"
-#: Exit status when a guest never reported one (no boot, panic, hang, a tool missing).
-#: Not one of pytest's own (0-5), so a caller can tell "the guest never ran" apart.
-EXIT_NO_GUEST = 6
-#: `git bisect run`'s "cannot test this commit": every infrastructure failure under --bisect.
-EXIT_SKIP = 125
 #: The kernel's own last words (kernel/panic.c), as it prints them on the console.
 _PANIC = re.compile(r"Kernel panic - not syncing:.*")
 
@@ -299,7 +293,7 @@ def unreported_splats(results: Path) -> list[Splat]:
 
 def bisect_status(status: int) -> int:
     """`git bisect run`'s view of a status: 0 good, 1 bad, anything else 125 (skip)."""
-    return status if status in (0, 1) else EXIT_SKIP
+    return status if status in (0, 1) else EXIT_CANNOT_TEST
 
 
 def read_guest_results(results: Path) -> Results | None:
