@@ -5,7 +5,7 @@ guest; in the others it skips (allowed, with the reason). These are the tests wh
 subject is the plugin's own bookkeeping over whole inner pytest sessions (xdist
 workers, `git bisect run`, golden update workflows, crash clean-up, soak): they are
 slow in a guest and a second kernel tells nothing new about them, so CI runs each in
-one guest, the two guests sharing them out evenly (CI aims at 20 minutes). `PYTEST_LBR_ALL_KERNELS=1` runs them in every kernel.
+one guest, the two guests sharing them out evenly (CI aims at 15 minutes). `PYTEST_LBR_ALL_KERNELS=1` runs them in every kernel.
 """
 
 from __future__ import annotations
