@@ -54,7 +54,18 @@ class Target:
 
     @property
     def is_glob(self) -> bool:
+        """A kernel-function glob (``kfunc:GLOB*``): several functions."""
         return self.kind == "kfunc" and any(c in (self.function or "") for c in "*?[")
+
+    @property
+    def is_program(self) -> bool:
+        """A BPF program target (what `pytest_lbr.programs.find` resolves)."""
+        return self.kind == "prog"
+
+    @property
+    def kind_label(self) -> str:
+        """The kind as `Capabilities.retval` names it ("kfunc glob" for a glob)."""
+        return f"{self.kind} glob" if self.is_glob else self.kind
 
     def __str__(self) -> str:
         return self.spec

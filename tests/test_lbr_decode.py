@@ -19,7 +19,7 @@ import pytest
 
 from pytest_lbr.capture.hooks.records import ConfigRecord, decode_record, hit_record_type
 from pytest_lbr.capture.hooks.tracer_object import tracer_layout, tracer_object
-from pytest_lbr.capture.lbr.backend import branch_kind, decode_branches, decode_flags
+from pytest_lbr.capture.lbr.decode import branch_kind, decode_branches, decode_flags
 from pytest_lbr.capture.trim import trim_tracer
 from pytest_lbr.model import Location
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from pytest_lbr.capture.hooks.records import RawHit
-from pytest_lbr.capture.lbr.backend import decode_trace
+from pytest_lbr.capture.lbr.decode import decode_trace
 from pytest_lbr.kernel.arch import ARCHITECTURES, UnknownArchitecture, architecture
 from pytest_lbr.kernel.machine import BTF_PATH, LBR_CAPS_PATH, Machine, machine
 from pytest_lbr.kernel.perf import PERF_EVENT_OPEN_NR

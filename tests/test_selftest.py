@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_lbr.capture.lbr.backend import decode_branches
+from pytest_lbr.capture.lbr.decode import decode_branches
 from pytest_lbr.capture.trim import trim_tracer
 from pytest_lbr.cli import main
 from pytest_lbr.model import Branch, Hit, Location, Trace

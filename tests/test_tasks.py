@@ -1,4 +1,4 @@
-"""A live thread's process id from /proc (kernel/tasks.py)."""
+"""A live thread's process id and command name from /proc (kernel/tasks.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import subprocess
 import threading
 
-from pytest_lbr.kernel.tasks import live_tgid
+from pytest_lbr.kernel.tasks import live_comm, live_tgid
 
 
 def test_a_thread_belongs_to_its_process_and_a_gone_one_to_none() -> None:
@@ -23,3 +23,13 @@ def test_a_thread_belongs_to_its_process_and_a_gone_one_to_none() -> None:
         child.wait()
     assert live_tgid(child.pid) == 0  # reaped: gone
     assert live_tgid(tids[0]) in (0, os.getpid())  # ended: gone (its id not yet reused)
+
+
+def test_a_live_threads_command_name_and_a_gone_ones() -> None:
+    child = subprocess.Popen(["sleep", "5"])
+    try:
+        assert live_comm(child.pid) == "sleep"
+    finally:
+        child.kill()
+        child.wait()
+    assert live_comm(child.pid) == ""  # reaped: gone

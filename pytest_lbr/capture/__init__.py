@@ -15,7 +15,8 @@ backend sets up once per session (the graph backend's function tracer) until it
 is closed.
 
 Besides the registry (here) and the protocols (`base.py`), what the backends share:
-`hooks/` (the LBR tracer's BPF hooks, which both attach), `call_sites.py` (where a
+`hooks/` (the LBR tracer's BPF hooks, which both attach), `kinds/` (the kinds of
+target, one module each: how each is hooked, armed and its hits cut), `call_sites.py` (where a
 function calls another, read from live code), `implied.py` (calls of a BPF program the
 function tracer cannot record, proven by its code), `trim.py` (the tracer's own
 records trimmed off a hit's branches: the LBR backend's and the selftest's) and

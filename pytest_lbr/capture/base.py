@@ -96,8 +96,7 @@ class Capabilities:
 
     def has_retval(self, target: Target) -> bool:
         """Whether `target`'s hits carry a return value on this backend."""
-        kind = f"{target.kind} glob" if target.kind == "kfunc" and target.is_glob else target.kind
-        return kind in self.retval
+        return target.kind_label in self.retval
 
 
 class Capture(Protocol):

@@ -68,7 +68,7 @@ class CoverageCollector:
         for t in targets:
             try:
                 target = parse_target(t)
-                if target.kind != "prog":
+                if not target.is_program:
                     continue
                 with resolve_program(target) as ref:
                     out[target.spec] = ref.id

@@ -249,7 +249,7 @@ def resolve_program(target: Target | object) -> ProgramRef:
     Accepts a parsed `Target` or anything `parse_target` accepts.
     """
     t = target if isinstance(target, Target) else parse_target(target)
-    if t.kind != "prog":
+    if not t.is_program:
         raise TargetError(f"{t.spec}: not a BPF program target (kind {t.kind!r})")
     if t.prog_fd is not None:
         return _from_fd(t.prog_fd, t.spec)

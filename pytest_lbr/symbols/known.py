@@ -40,7 +40,7 @@ class TracerNames:
     function and loaded BPF function of this kernel."""
 
     def __init__(self, targets: Iterable[Target]) -> None:
-        self._targets = [t for t in targets if t.kind == "prog"]
+        self._targets = [t for t in targets if t.is_program]
         self._traced: list[tuple[str, ...]] | None = None
         self._ids: list[int] = []
         self._calls: list[ProgramCalls] | None = None

@@ -3,7 +3,8 @@
 The ftrace function tracer records every kernel function the test's threads
 enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
 (`pytest_lbr.capture.graph.text`) are nested into calls and returns
-(`pytest_lbr.capture.graph.calls`), then cut per target:
+(`pytest_lbr.capture.graph.calls`), then cut per target, as its kind's module of
+`pytest_lbr.capture.kinds` arms the instance for it and cuts its hits:
 
 * ``kfunc:NAME``/``GLOB``: one hit per outermost invocation, with everything
   under it; a single function also gets its return value from a kretprobe
@@ -33,18 +34,16 @@ enter, in a private tracefs instance (`pytest_lbr.kernel.tracefs`). The records
 
 This module does the I/O: the session's instance (`GraphRecorder`), arming and
 reading it (`GraphCapture`). Cutting records into hits is pure and lives in
-`pytest_lbr.capture.graph.hits`; a live capture's bookkeeping between polls in
+`pytest_lbr.capture.graph.hits` (and, per kind, `pytest_lbr.capture.kinds`); a live capture's bookkeeping between polls in
 `pytest_lbr.capture.graph.live_state`.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from pytest_lbr.capture.base import (
@@ -57,13 +56,7 @@ from pytest_lbr.capture.base import (
     Scope,
 )
 from pytest_lbr.capture.call_sites import call_sites
-from pytest_lbr.capture.graph.hits import (
-    HitBuilder,
-    descendants,
-    glob_matcher,
-    program_matcher,
-    ran_in_interrupt,
-)
+from pytest_lbr.capture.graph.hits import HitBuilder, descendants, ran_in_interrupt
 from pytest_lbr.capture.graph.live_state import (
     LIVE_BUFFER_KB,
     LIVE_FINAL_S,
@@ -73,19 +66,18 @@ from pytest_lbr.capture.graph.live_state import (
     settle,
 )
 from pytest_lbr.capture.graph.own import CAPTURE_MODULES, OWN_WORK_NOTE
+from pytest_lbr.capture.graph.probe import GRAPH_CAPABILITIES, probe_graph
 from pytest_lbr.capture.graph.recorder import BUFFER_KB, GraphRecorder
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord, parse_trace
 from pytest_lbr.capture.hooks.records import RawHit
-from pytest_lbr.capture.implied import ProgramFlow, finish_runs, flow_of, read_details
-from pytest_lbr.kernel.functions import filter_functions_text, matching_functions
+from pytest_lbr.capture.implied import ProgramFlow, finish_runs
+from pytest_lbr.capture.kinds import kind_of
+from pytest_lbr.capture.kinds.protocol import GraphArming
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.tasks import live_tgid
 from pytest_lbr.kernel.tracefs import (
-    TRACEFS_NOT_MOUNTED,
     Instance,
     TracefsError,
-    cleanup_stale_instances,
-    find_tracefs,
 )
 from pytest_lbr.model import Hit, Trace
 from pytest_lbr.targets import Target
@@ -101,68 +93,13 @@ __all__ = ["GRAPH_CAPABILITIES", "GraphBackend", "GraphCapture", "GraphRecorder"
 NARROWED_KEPT = 4
 
 
-def probe_graph() -> Capability:
-    """Whether the function tracer can run in a private instance here, and if not why."""
-    if os.geteuid() != 0:
-        return Capability("graph", False, "the graph backend needs root (ftrace); run as root")
-    root = find_tracefs()
-    if root is None:
-        return Capability("graph", False, TRACEFS_NOT_MOUNTED)
-    if not (root / "instances").is_dir():
-        return Capability("graph", False, f"tracefs at {root} has no instances/ (kernel too old)")
-    try:
-        cleanup_stale_instances(root)
-        inst = Instance(root, buffer_kb=4)
-    except OSError as exc:
-        return Capability("graph", False, f"cannot create a tracefs instance: {exc}")
-    try:
-        tracers = inst.read("available_tracers").split()
-        if "function" not in tracers:
-            return Capability(
-                "graph", False, f"the ftrace function tracer is not available (tracers: {tracers})"
-            )
-        # One function is enough to learn whether the tracer is allowed; all of
-        # them would patch every call site in the kernel twice for nothing.
-        inst.write("set_ftrace_filter", _probe_function(root))
-        inst.write("current_tracer", "function")
-    except OSError as exc:
-        return Capability("graph", False, f"the ftrace function tracer is refused: {exc}")
-    finally:
-        inst.close()
-    return Capability("graph", True)
-
-
 #: The event that names each new process or thread and its parent.
 FORK_EVENT = "sched/sched_process_fork"
-
-
-def _probe_function(root: Path) -> str:
-    with open(root / "available_filter_functions") as f:
-        first = f.readline().split()
-    if not first:
-        raise TracefsError(errno.ENOENT, "available_filter_functions is empty")
-    return first[0]
 
 
 def _clock_ns() -> int:
     # trace_clock "mono" is ktime_get_mono_fast_ns: CLOCK_MONOTONIC.
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-
-
-#: What the graph backend can do: every scope, streaming (`GraphCapture.poll()`),
-#: return values of single kernel functions (kretprobe), programs (fexit) and
-#: uretprobes (not of kfunc globs: a return event per function would cost a kprobe
-#: each), interrupt context; calls as branches (from their return addresses), and
-#: no LBR branch filters.
-GRAPH_CAPABILITIES = Capabilities(
-    scopes=frozenset({"process", "children", "system", "pid", "cgroup"}),
-    live=True,
-    retval=frozenset({"kfunc", "prog", "uretprobe"}),
-    in_interrupt=True,
-    branches=True,
-    filters=False,
-    call_source_is_return=True,
-)
 
 
 class GraphBackend:
@@ -528,7 +465,7 @@ class GraphCapture:
     def _narrow(self) -> None:
         """A system-wide trace of programs and kernel functions records only their
         call graph (`pytest_lbr.capture.graph.narrow`), in an instance of its own."""
-        if not self.targets or any(t.kind not in ("prog", "kfunc") for t in self.targets):
+        if not self.targets or not all(kind_of(t).narrows for t in self.targets):
             return
         # Imported here: it loads capstone (a slow import at a session's start),
         # which only system-wide traces need.
@@ -553,56 +490,19 @@ class GraphCapture:
         self._notes.append(found.note(", ".join(t.spec for t in self.targets)))
 
     def _configure(self, inst: Instance) -> None:
-        available = None
-        programs: list[int] = []
+        """Arm the instance for every target, each as its kind says (`capture.kinds`)."""
+        arming = GraphArming(
+            inst,
+            self._matchers,
+            self._events,
+            self._returns,
+            self._user,
+            self._starts,
+            self._flows,
+        )
         for i, t in enumerate(self.targets):
-            if t.kind == "kfunc":
-                assert t.function is not None
-                if available is None:
-                    available = filter_functions_text(inst.root)
-                pattern = t.function
-                if not matching_functions(available, pattern):
-                    raise CaptureError(
-                        f"{t.spec}: no traceable kernel function matches {pattern!r}"
-                    )
-                self._matchers.append(glob_matcher(pattern))
-                if not t.is_glob:
-                    event = inst.add_probe("kprobe", f"r {pattern} ret=$retval")
-                    self._returns[event.split("/")[1]] = pattern
-                    self._events[i] = event.split("/")[1]
-            elif t.kind == "prog":
-                from pytest_lbr.programs.find import resolve_program
-
-                with resolve_program(t) as ref:
-                    details = read_details(ref.fd)  # once: its functions here, and its flow's
-                    ranges = [(lo, lo + n) for lo, n in details.functions] if details else []
-                    self._matchers.append(program_matcher(ref.ksyms, ranges))
-                    names = ref.ksyms if len(ref.ksyms) == len(ranges) else ref.ksyms[:1]
-                    self._starts[i] = [
-                        (names[k] if k < len(names) else None, lo)
-                        for k, (lo, _) in enumerate(ranges)
-                    ]
-                    for (name, lo), (_, hi) in zip(self._starts[i], ranges, strict=True):
-                        if name is not None:
-                            call_sites.learn(name, lo, hi - lo)
-                    if available is None:
-                        available = filter_functions_text(inst.root)
-                    self._flows[t.spec] = flow_of(ref.fd, available, (ref.id, ref.tag), details)
-                programs.append(i)
-            elif t.kind == "tp":
-                assert t.tracepoint is not None
-                try:
-                    inst.enable_event(t.tracepoint)
-                except TracefsError as exc:
-                    raise CaptureError(f"{t.spec}: {exc}") from None
-                self._matchers.append(lambda name, addr: False)  # events, not frames
-                self._events[i] = t.tracepoint.split("/")[1]
-            elif t.kind in ("uprobe", "uretprobe"):
-                self._matchers.append(lambda name, addr: False)  # events, not frames
-                self._events[i] = self._add_user_probe(inst, i, t)
-            else:
-                raise CaptureError(f"{t.spec}: not supported on the graph backend")
-        self._attach_exits(programs)
+            kind_of(t).arm_graph(arming, i, t)
+        self._attach_exits(arming.programs)
 
     def _attach_exits(self, programs: list[int]) -> None:
         """The LBR tracer's fexit hook on each program target, without snapshots:
@@ -632,44 +532,6 @@ class GraphCapture:
                 self._notes.append(f"{spec}: no return values: fexit cannot attach ({why})")
             return
         self._exits, self._exit_targets = hooks, programs
-
-    def _add_user_probe(self, inst: Instance, index: int, t: Target) -> str:
-        """A uprobe (entry, with the return address) or uretprobe event on `t`."""
-        assert t.binary is not None and t.function is not None
-        if not os.path.exists(t.binary):
-            raise CaptureError(f"{t.spec}: no such file {t.binary}")
-        path = os.path.realpath(t.binary)
-        if any(c.isspace() for c in path):
-            raise CaptureError(f"{t.spec}: uprobe_events cannot take a path with spaces")
-        from pytest_lbr.symbols.elf import ElfError, ElfFunctions  # pyelftools: uprobes only
-
-        try:
-            elf = ElfFunctions(path)
-            offset = elf.file_offset(t.function)
-        except ElfError as exc:
-            raise CaptureError(f"{t.spec}: {exc}") from None
-        self._user[index] = elf
-        if t.kind == "uprobe":
-            definition = f"p {path}:{offset:#x} caller={_return_address()}:x64"
-        else:
-            fetch = elf.return_type(t.function) or "x64"
-            definition = f"r {path}:{offset:#x} ret=$retval:{fetch}"
-        try:
-            return inst.add_probe("uprobe", definition).split("/")[1]
-        except TracefsError as exc:
-            raise CaptureError(f"{t.spec}: {exc}") from None
-
-
-def _return_address() -> str:
-    """A uprobe fetch argument for the return address at a function's first instruction
-    (`Architecture.uprobe_return_address`)."""
-    arch = machine().arch
-    if arch is None:
-        raise CaptureError(
-            f"uprobe: where a function's return address is on {machine().name} is unknown "
-            "(pytest_lbr.kernel.arch.ARCHITECTURES has no row for it)"
-        )
-    return arch.uprobe_return_address
 
 
 def _trace() -> Trace:

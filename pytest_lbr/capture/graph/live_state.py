@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pytest_lbr.capture.graph.hits import HitBuilder, hit_event
 from pytest_lbr.capture.graph.text import EventRecord, FunctionRecord
 from pytest_lbr.capture.hooks.records import RawHit
+from pytest_lbr.capture.kinds import kind_of
 from pytest_lbr.model import Hit
 
 __all__ = [
@@ -144,7 +145,9 @@ def _returned_hits(
     cut (`Mentions.looked_past_end`), so no record after it can change them. One
     build, where the general way builds twice. None: take the general way."""
     targets = builder.targets
-    if not all(t.kind == "kfunc" and i in builder.events for i, t in enumerate(targets)):
+    if not all(
+        kind_of(t).ends_at_return_event and i in builder.events for i, t in enumerate(targets)
+    ):
         return None
     returns, cut = builder.returns, len(records)
     while cut:
@@ -182,7 +185,7 @@ def _complete_hits(
     cut = len(records)
     events: dict[int, list[int]] = {}  # an event target -> its events' indexes
     for i, t in enumerate(targets):
-        if t.kind in ("tp", "uprobe", "uretprobe"):
+        if kind_of(t).by_events:
             at = [k for k, r in enumerate(records) if hit_event(t, builder.events[i], r)]
             events[i] = at
             # Its next hit's calls: since its last event, LIVE_HOLD_NS back at most.
@@ -199,7 +202,7 @@ def _complete_hits(
             done.append(True)
             continue
         start.append(bisect.bisect_left(times, h.timestamp_ns))
-        if targets[i].kind == "kfunc" and i in builder.events:
+        if kind_of(targets[i]).ends_at_return_event and i in builder.events:
             # At its return event; or, with that lost, once the thread has called
             # the function again after it (the events come in one pipe, in order).
             done.append(h.retval is not None or last[h.target] is not h)

@@ -167,7 +167,7 @@ def narrowing(targets: Sequence[Target]) -> Narrowing:
     arch = machine().name
     roots: set[int] = set()
     for t in targets:
-        if t.kind == "prog":
+        if t.is_program:
             with resolve_program(t) as ref:
                 try:
                     _, code = jited_image(ref.fd)

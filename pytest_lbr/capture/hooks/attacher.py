@@ -15,8 +15,6 @@ from pytest_lbr.bpf.libbpf import (
     BpfError,
     KprobeMultiOpts,
     KprobeOpts,
-    TracepointOpts,
-    UprobeOpts,
     check_int,
     lib,
     libbpf_messages,
@@ -25,7 +23,8 @@ from pytest_lbr.bpf.libbpf import (
 from pytest_lbr.capture.base import CaptureError
 from pytest_lbr.capture.hooks.loader import BPF_PROG_TYPE_TRACING, TracerLoading, kernel_refusal
 from pytest_lbr.capture.hooks.state import DEFAULT_GLOB_FALLBACK, Attached
-from pytest_lbr.kernel.functions import btf_functions, btf_problem, expand_glob
+from pytest_lbr.capture.kinds import kind_of
+from pytest_lbr.kernel.functions import btf_functions, expand_glob
 from pytest_lbr.targets import Target
 
 __all__ = ["DEFAULT_GLOB_FALLBACK", "Attached", "TargetAttaching"]
@@ -52,7 +51,7 @@ class TargetAttaching(TracerLoading):
                 f"{exc}; use --lbr-backend=graph"
             ) from None
 
-    def _attach_trace(
+    def attach_trace(
         self, index: int, what: str, attach_fd: int, func: str, function: int = 0
     ) -> None:
         """fentry/fexit on `func` (a kernel function, or a BPF program's function).
@@ -80,56 +79,19 @@ class TargetAttaching(TracerLoading):
     # -- per target kind -----------------------------------------------------------
 
     def _attach_one(self, index: int, target: Target) -> Attached:
-        if target.kind == "prog":
-            fd, func, ksym = self._resolve_prog(target)
-            self._attach_prog(index, target, fd, func)
-            return Attached(target, [func], "fentry" if self.fentry else "fexit", ksym)
-        if target.kind == "kfunc":
-            assert target.function is not None
-            if target.is_glob:
-                return self._attach_glob(index, target)
-            problem = btf_problem(target)
-            if problem:
-                raise CaptureError(problem)
-            self._attach_trace(index, target.spec, 0, target.function)
-            return Attached(target, [target.function], "fentry" if self.fentry else "fexit")
-        if target.kind == "tp":
-            assert target.tracepoint is not None
-            cat, _, name = target.tracepoint.partition("/")
-            obj = self._base_obj(uprobe=False)
-            opts = TracepointOpts(sz=ctypes.sizeof(TracepointOpts), bpf_cookie=index << 32)
-            link = lib.bpf_program__attach_tracepoint_opts(
-                self._prog_in(obj, "lbr_tracepoint"),
-                cat.encode(),
-                name.encode(),
-                ctypes.byref(opts),
-            )
-            self._links.append(_link(link, f"attach to {target.spec}"))
-            return Attached(target, [target.tracepoint], "tracepoint")
-        if target.kind in ("uprobe", "uretprobe"):
-            assert target.binary is not None and target.function is not None
-            if not os.path.exists(target.binary):
-                raise CaptureError(f"{target.spec}: no such file {target.binary}")
-            obj = self._base_obj(uprobe=True)
-            ret = target.kind == "uretprobe"
-            uopts = UprobeOpts(
-                sz=ctypes.sizeof(UprobeOpts),
-                bpf_cookie=index << 32,
-                retprobe=ret,
-                func_name=target.function.encode(),
-            )
-            link = lib.bpf_program__attach_uprobe_opts(
-                self._prog_in(obj, "lbr_uretprobe" if ret else "lbr_uprobe"),
-                -1,
-                target.binary.encode(),
-                0,
-                ctypes.byref(uopts),
-            )
-            self._links.append(_link(link, f"attach to {target.spec}"))
-            return Attached(target, [target.function], target.kind)
-        raise CaptureError(f"{target.spec}: unknown target kind {target.kind!r}")
+        return kind_of(target).attach(self, index, target)
 
-    def _attach_prog(self, index: int, target: Target, fd: int, func: str) -> None:
+    # -- what a kind hooks its target with (`pytest_lbr.capture.kinds.protocol.Hooking`)
+
+    def shared_program(self, uprobe: bool, name: str) -> int:
+        """Program `name` of the shared kprobe/tracepoint (or uprobe) object, loaded."""
+        return self._prog_in(self._base_obj(uprobe), name)
+
+    def keep_link(self, link: int | None, what: str) -> None:
+        """Keep `link` (the set closes it), or raise why `what` failed."""
+        self._links.append(_link(link, what))
+
+    def attach_prog(self, index: int, target: Target, fd: int, func: str) -> None:
         """fentry/fexit on a BPF program, with one clear line where the kernel cannot."""
         info, _ = prog_info(fd)
         hook = "fentry" if self.fentry else "fexit"
@@ -142,11 +104,11 @@ class TargetAttaching(TracerLoading):
                 "or use --lbr-backend=graph"
             )
         if info.type != BPF_PROG_TYPE_TRACING:
-            self._attach_trace(index, f"{target.spec} ({func})", fd, func)
+            self.attach_trace(index, f"{target.spec} ({func})", fd, func)
             return
         with libbpf_messages() as log:
             try:
-                self._attach_trace(index, f"{target.spec} ({func})", fd, func)
+                self.attach_trace(index, f"{target.spec} ({func})", fd, func)
             except BpfError as exc:
                 why = kernel_refusal(log)
                 if not why:
@@ -166,7 +128,7 @@ class TargetAttaching(TracerLoading):
                     "use --lbr-backend=graph"
                 ) from None
 
-    def _resolve_prog(self, target: Target) -> tuple[int, str, str]:
+    def resolve_prog(self, target: Target) -> tuple[int, str, str]:
         """(fd, main function's BTF name, kallsyms name) of a BPF program target."""
         from pytest_lbr.programs.find import resolve_program
 
@@ -174,7 +136,7 @@ class TargetAttaching(TracerLoading):
         self._refs.append(ref)  # its fd stays open until close()
         return ref.fd, ref.display_name, ref.ksym
 
-    def _attach_glob(self, index: int, target: Target) -> Attached:
+    def attach_glob(self, index: int, target: Target) -> Attached:
         assert target.function is not None
         names = expand_glob(target.function)
         if not names:
@@ -229,7 +191,7 @@ class TargetAttaching(TracerLoading):
         for i, name in enumerate(names):
             if self.fallback == "fentry":
                 # One load per function; the config carries the function's index.
-                self._attach_trace(index, f"kfunc:{name}", 0, name, function=i)
+                self.attach_trace(index, f"kfunc:{name}", 0, name, function=i)
             else:
                 kopts = KprobeOpts(
                     sz=ctypes.sizeof(KprobeOpts), bpf_cookie=(index << 32) | i, retprobe=retprobe

@@ -25,6 +25,7 @@ from pytest_lbr.capture.hooks.tracer_object import (
     tracer_layout,
     tracer_object,
 )
+from pytest_lbr.capture.kinds import kind_of
 from pytest_lbr.kernel.kernel_btf import tracer_offsets
 from pytest_lbr.kernel.machine import machine
 from pytest_lbr.kernel.percpu import preempt_count_symbols
@@ -227,14 +228,9 @@ class TracerLoading(HookState):
         ret = not self.fentry
         names: list[str] = []
         for t in self.targets:
-            if uprobe and t.kind in ("uprobe", "uretprobe"):
-                names.append("lbr_uretprobe" if t.kind == "uretprobe" else "lbr_uprobe")
-            elif not uprobe and t.kind == "tp":
-                names.append("lbr_tracepoint")
-            elif not uprobe and t.kind == "kfunc" and t.is_glob:
-                names.append("lbr_kretprobe_multi" if ret else "lbr_kprobe_multi")
-                if self.fallback != "fentry":  # one kprobe per function without kprobe.multi
-                    names.append("lbr_kretprobe" if ret else "lbr_kprobe")
+            for in_uprobe, name in kind_of(t).shared_programs(t, ret=ret, fallback=self.fallback):
+                if in_uprobe == uprobe:
+                    names.append(name)
         if not names:
             raise CaptureError("no target of this hook set attaches a kprobe, tracepoint or uprobe")
         return list(dict.fromkeys(names))

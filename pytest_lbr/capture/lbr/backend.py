@@ -17,7 +17,6 @@ import errno
 import importlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_lbr.capture.base import (
@@ -30,12 +29,12 @@ from pytest_lbr.capture.base import (
     Scope,
     as_scope,
 )
-from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.implied import program_returns, typed_returns
+from pytest_lbr.capture.lbr.decode import decode_trace
 from pytest_lbr.capture.trim import trim_tracer_hits
 from pytest_lbr.kernel.machine import BTF_PATH, Machine
 from pytest_lbr.kernel.machine import machine as running_machine
-from pytest_lbr.model import Branch, Hit, Location, Trace
+from pytest_lbr.model import Hit, Trace
 from pytest_lbr.names import PmuName
 from pytest_lbr.targets import Target, TargetError
 
@@ -44,8 +43,6 @@ if TYPE_CHECKING:
     from pytest_lbr.capture.hooks.program_exits import ProgramExits
 
 __all__ = [
-    "BRANCH_TYPE_KINDS",
-    "BranchFlags",
     "LBR_CAPABILITIES",
     "LBR_SOFTWARE_CAPABILITIES",
     "NO_BRANCHES_NOTE",
@@ -54,74 +51,8 @@ __all__ = [
     "LbrSoftwareBackend",
     "LbrCapture",
     "branch_events_problem",
-    "branch_kind",
-    "decode_branches",
-    "decode_flags",
-    "decode_trace",
     "probe_lbr",
 ]
-
-#: perf_branch_entry.type (PERF_BR_*) -> Branch.kind.
-BRANCH_TYPE_KINDS = {
-    1: "cond",
-    2: "jmp",
-    3: "ind_jmp",
-    4: "call",
-    5: "ind_call",
-    6: "ret",
-    7: "syscall",
-}
-
-
-@dataclass(frozen=True)
-class BranchFlags:
-    """The decoded perf_branch_entry flag word."""
-
-    mispred: bool
-    predicted: bool
-    in_tx: bool
-    abort: bool
-    cycles: int
-    type: int
-
-
-def decode_flags(flags: int) -> BranchFlags:
-    """Split the u64 bitfield: mispred:1 predicted:1 in_tx:1 abort:1 cycles:16 type:4 ..."""
-    return BranchFlags(
-        mispred=bool(flags & 1),
-        predicted=bool(flags >> 1 & 1),
-        in_tx=bool(flags >> 2 & 1),
-        abort=bool(flags >> 3 & 1),
-        cycles=flags >> 4 & 0xFFFF,
-        type=flags >> 20 & 0xF,
-    )
-
-
-def branch_kind(flags: int) -> str:
-    """Branch.kind for a perf_branch_entry flag word ("unknown" when the type is not saved)."""
-    return BRANCH_TYPE_KINDS.get(decode_flags(flags).type, "unknown")
-
-
-def decode_branches(
-    entries: Sequence[tuple[int, int, int]], locations: dict[int, Location] | None = None
-) -> list[Branch]:
-    """Records as the CPU gives them (newest first) -> `Branch`es oldest first, between
-    the `locations` of their addresses (bare addresses where none is given)."""
-    locations = locations or {}
-    out = []
-    for src, dst, flags in reversed(entries):
-        f = decode_flags(flags)
-        out.append(
-            Branch(
-                src=locations.get(src) or Location(src),
-                dst=locations.get(dst) or Location(dst),
-                kind=BRANCH_TYPE_KINDS.get(f.type, "unknown"),
-                mispredicted=f.mispred,
-                cycles=f.cycles,
-            )
-        )
-    return out
-
 
 # -- probing ------------------------------------------------------------------------
 
@@ -500,7 +431,7 @@ class LbrCapture:
         return (
             self._session is not None
             and not self.live
-            and all(t.kind == "prog" for t in self.targets)
+            and all(t.is_program for t in self.targets)
             and self.scope.kind in ("process", "system")
             and self.scope.cgroup is None
         )
@@ -549,86 +480,13 @@ def _program_returns(targets: Sequence[Target]) -> dict[str, tuple[int, bool] | 
 
     returns: dict[str, tuple[int, bool] | None] = {}
     for t in targets:
-        if t.kind == "prog":
+        if t.is_program:
             try:
                 with resolve_program(t) as ref:
                     returns[t.spec] = program_returns(ref.fd)
             except (TargetError, CaptureError):
                 returns[t.spec] = None  # attaching says why, in its own words
     return returns
-
-
-def decode_trace(
-    targets: Sequence[Target],
-    raw: Sequence[RawHit],
-    attached: Sequence[Any],
-    machine: Machine,
-    *,
-    lost: int = 0,
-    notes: Sequence[str] = (),
-) -> tuple[Trace, dict[str, str]]:
-    """The tracer's records as a `Trace` of `machine` (its arch and release), and the
-    symbol each hit target's hook traced (what `LbrCapture.trim` keeps branches up to).
-
-    `attached[i]` is what target i resolved to (`HookSet.attached`: its functions,
-    a program's kallsyms name). Branches are between bare addresses, the tracer's
-    own included (`branches` and `raw_branches` alike).
-    """
-    trace = Trace(
-        targets=[t.spec for t in targets],
-        backend="lbr",
-        lost=lost,
-        kernel_release=machine.release,
-        arch=machine.name,
-        notes=list(notes),
-    )
-    traced_by: dict[str, str] = {}
-    comms: dict[int, str] = {}
-    for h in raw:
-        where = attached[h.target] if h.target < len(attached) else None
-        func = where.functions[h.function] if where and h.function < len(where.functions) else None
-        target = targets[h.target] if h.target < len(targets) else None
-        name = target.spec if target else f"#{h.target}"
-        if target is not None and target.is_glob and func:
-            name = f"kfunc:{func}"
-        traced = _traced_symbol(target, func, where.ksym if where else "")
-        if traced:
-            traced_by[name] = traced
-        branches = decode_branches(h.entries)
-        trace.hits.append(
-            Hit(
-                target=name,
-                cpu=h.cpu,
-                pid=h.pid,
-                tid=h.tid,
-                retval=h.retval,
-                branches=list(branches),
-                raw_branches=branches,
-                timestamp_ns=h.ts_ns,
-                comm=h.comm or comms.setdefault(h.tid, _comm(h.tid)),
-                in_interrupt=h.in_interrupt,
-            )
-        )
-    return trace, traced_by
-
-
-def _comm(tid: int) -> str:
-    """The thread's command name while it still runs ("" after it exited), for a
-    record that carries none (the tracer writes bpf_get_current_comm() into each)."""
-    try:
-        with open(f"/proc/{tid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _traced_symbol(target: Target | None, func: str | None, ksym: str) -> str | None:
-    """The symbol of the function a hit's hook traced (None when the hook has none)."""
-    if target is None or target.kind in ("tp", "uprobe", "uretprobe"):
-        return None
-    if target.kind == "prog":
-        return ksym or None
-    return func
 
 
 if TYPE_CHECKING:  # mypy checks the backend keeps to the protocols
