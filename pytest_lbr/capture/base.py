@@ -36,12 +36,27 @@ FILTERS = tuple(LbrFilter)
 
 
 class Capability:
-    """Whether a backend can run here, and if not, exactly why."""
+    """Whether a backend can run here, and if not, exactly why; with its line of
+    `pytest-lbr doctor`: what it checked (`check`), what it found (`detail`, either
+    way) and, where it cannot run, the `fix`. Each backend's probe says these, so
+    the doctor names no backend."""
 
-    def __init__(self, backend: str, available: bool, reason: str = "") -> None:
+    def __init__(
+        self,
+        backend: str,
+        available: bool,
+        reason: str = "",
+        *,
+        check: str = "",
+        detail: str = "",
+        fix: str = "",
+    ) -> None:
         self.backend = backend
         self.available = available
         self.reason = reason
+        self.check = check or backend
+        self.detail = detail
+        self.fix = fix
 
     def __bool__(self) -> bool:
         return self.available

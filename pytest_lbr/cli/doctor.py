@@ -123,41 +123,17 @@ def _pmu() -> DoctorCheck:
     return DoctorCheck("PMU", True, "hardware cycles counter opens")
 
 
-def _lbr() -> DoctorCheck:
-    from pytest_lbr.capture import probe
-    from pytest_lbr.kernel.machine import machine
+def _backend(name: str) -> Callable[[], DoctorCheck]:
+    """Backend `name`'s line: what its own probe says it checked, found and would fix."""
 
-    here = machine()
-    depth = here.lbr_caps
-    cap = probe("lbr")
-    detail = f"depth {depth}" if depth else "no LBR depth (no cpu/caps/branches)"
-    if cap.available:
-        return DoctorCheck("LBR", True, f"{detail}; bpf_get_branch_snapshot() returns records")
-    fix = (
-        "LBR needs an Intel CPU with legacy LBR (or AMD LBRv2) on bare metal or KVM with "
-        "lbr-fmt passthrough; elsewhere use --lbr-backend=graph"
-        if here.name == "x86_64"
-        else f"no {here.name} kernel gives bpf_get_branch_snapshot() branch records "
-        "yet: the graph backend (--lbr-backend=graph, what auto picks) traces here"
-    )
-    return DoctorCheck("LBR", False, f"{detail}; {cap.reason}", fix)
+    def check() -> DoctorCheck:
+        from pytest_lbr.capture import probe
 
+        cap = probe(name)
+        found = cap.detail if cap.available else "; ".join(filter(None, (cap.detail, cap.reason)))
+        return DoctorCheck(cap.check, cap.available, found, cap.fix)
 
-def _graph() -> DoctorCheck:
-    from pytest_lbr.capture import probe
-    from pytest_lbr.kernel.tracefs import TRACEFS_MOUNT_COMMAND, find_tracefs
-
-    cap = probe("graph")
-    if cap.available:
-        return DoctorCheck("tracefs", True, "function tracer works in a private tracefs instance")
-    if os.geteuid() == 0 and find_tracefs() is None:
-        fix = f"pytest-lbr doctor --mount mounts it (or, as root: {TRACEFS_MOUNT_COMMAND})"
-    else:
-        fix = (
-            "the graph backend needs the ftrace function tracer as root: run in a guest "
-            "(pytest-lbr vm --kernel 6.12)"
-        )
-    return DoctorCheck("tracefs", False, cap.reason, fix)
+    return check
 
 
 def mount_check() -> DoctorCheck:
@@ -203,14 +179,15 @@ def _vmlinux(explicit: str | None) -> Callable[[], DoctorCheck]:
 
 def doctor_checks(vmlinux: str | None = None) -> list[DoctorCheck]:
     """Every check `pytest-lbr doctor` prints, in order."""
+    from pytest_lbr.capture import REGISTRY
+
     checks: list[tuple[str, Callable[[], DoctorCheck]]] = [
         ("root", _root),
         ("BTF", _btf),
         ("fentry", _fentry),
         ("kprobe.multi", _kprobe_multi),
         ("PMU", _pmu),
-        ("LBR", _lbr),
-        ("tracefs", _graph),
+        *((name, _backend(name)) for name in REGISTRY),  # each backend's own line
         ("debug vmlinux", _vmlinux(vmlinux)),
     ]
     return [_check(name, fn) for name, fn in checks]

@@ -83,8 +83,28 @@ def probe_lbr(pmu: str = "hardware") -> Capability:
             reason = _probe_hooks() or (_probe() if pmu == "hardware" else _probe_software())
         except Exception as exc:  # a probe must answer, not crash the session
             reason = f"LBR probe failed: {exc}"
-        _probed[key] = Capability("lbr", not reason, reason)
+        _probed[key] = _with_doctor_line(Capability("lbr", not reason, reason), pmu)
     return _probed[key]
+
+
+def _with_doctor_line(cap: Capability, pmu: str) -> Capability:
+    """`cap` with what `pytest-lbr doctor` says of it: the CPU's LBR depth, and the fix."""
+    here = running_machine()
+    depth = here.lbr_caps
+    detail = f"depth {depth}" if depth else "no LBR depth (no cpu/caps/branches)"
+    if cap.available:
+        detail += "; bpf_get_branch_snapshot() returns records"
+    fix = (
+        "LBR needs an Intel CPU with legacy LBR (or AMD LBRv2) on bare metal or KVM with "
+        "lbr-fmt passthrough; elsewhere use --lbr-backend=graph"
+        if here.name == "x86_64"
+        else f"no {here.name} kernel gives bpf_get_branch_snapshot() branch records "
+        "yet: the graph backend (--lbr-backend=graph, what auto picks) traces here"
+    )
+    check = "LBR" if pmu == "hardware" else f"LBR ({pmu} events)"
+    return Capability(
+        "lbr", cap.available, cap.reason, check=check, detail=detail, fix="" if cap else fix
+    )
 
 
 def _has_caps() -> bool:
