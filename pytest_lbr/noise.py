@@ -17,6 +17,8 @@ __all__ = [
     "FTRACE_OWN_PARENTS",
     "IRQ_EDGE_FUNCTIONS",
     "IRQ_EDGE_PARENTS",
+    "IRQ_ENTRY",
+    "IRQ_EXITS",
     "PROBE_HANDLERS",
     "TRACER_OWN_FUNCTIONS",
     "TRACER_PROGRAMS",
@@ -293,11 +295,14 @@ IRQ_EDGE_PARENTS = re.compile(
     r"^(?:asm_|sysvec_|__sysvec_|common_interrupt$|__common_interrupt$|spurious_interrupt"
     r"|irqentry_|__irq_exit_rcu$|irq_exit_rcu$|irq_enter_rcu$|call_on_irq_stack$)"
 )
+#: A hardirq's way in and out, as the function tracer records them: what opens and
+#: closes an interrupt that came in on interrupt-context work (`capture.graph.hits`).
+IRQ_ENTRY = "irq_enter_rcu"
+IRQ_EXITS = frozenset({"irq_exit_rcu", "__irq_exit_rcu"})
 IRQ_EDGE_FUNCTIONS = frozenset(
     {
-        "irq_enter_rcu",
-        "irq_exit_rcu",
-        "__irq_exit_rcu",
+        IRQ_ENTRY,
+        *IRQ_EXITS,
         "handle_softirqs",
         "do_softirq",
         "do_softirq_own_stack",

@@ -24,7 +24,13 @@ from pytest_lbr.capture.hooks.records import RawHit
 from pytest_lbr.capture.kinds import kind_of
 from pytest_lbr.capture.kinds.protocol import HitCutting
 from pytest_lbr.model import Hit
-from pytest_lbr.noise import IRQ_EDGE_FUNCTIONS, IRQ_EDGE_PARENTS, TRACE_CLOCK
+from pytest_lbr.noise import (
+    IRQ_EDGE_FUNCTIONS,
+    IRQ_EDGE_PARENTS,
+    IRQ_ENTRY,
+    IRQ_EXITS,
+    TRACE_CLOCK,
+)
 from pytest_lbr.targets import Target
 
 if TYPE_CHECKING:  # pyelftools: imported only where a uprobe target's binary is read
@@ -167,11 +173,11 @@ def build_hits(
         irq = isinstance(r, FunctionRecord) and r.in_irq
         if interrupts and isinstance(r, FunctionRecord) and irq:
             open_span = spans.get(r.tid, [[0, 0]])[-1]
-            if r.func == "irq_enter_rcu":
+            if r.func == IRQ_ENTRY:
                 if open_span[1] == forever:
                     open_span[1] = r.ts_ns  # its exit was not recorded
                 spans.setdefault(r.tid, []).append([r.ts_ns, forever])
-            elif r.func in ("irq_exit_rcu", "__irq_exit_rcu") and open_span[1] == forever:
+            elif r.func in IRQ_EXITS and open_span[1] == forever:
                 open_span[1] = r.ts_ns
         if isinstance(r, FunctionRecord) and (
             (irq and not interrupts)
