@@ -30,6 +30,7 @@ from pytest_lbr.capture import (
 )
 from pytest_lbr.model import CALL_KINDS, Branch, Hit, Location, ProgramCalls, Trace
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, parse_name
+from pytest_lbr.programs.written import WrittenPrograms
 from pytest_lbr.targets import Target, parse_targets
 
 __all__ = [
@@ -85,7 +86,11 @@ class Tracer:
     `vmlinux` is the debug vmlinux that gives kernel addresses their file:line
     (None: auto-discovered; the pytest plugin passes --lbr-vmlinux). `filter`, `scope`
     and `pmu` are an `LbrFilter`, a `ScopeKind` and a `PmuName`; a name that is none
-    of them is a ValueError here, not at the first trace.
+    of them is a ValueError here, not at the first trace. `written`: the book of
+    instructions a `BpfLoader` loaded its programs from (`loader.written`; the pytest
+    plugin passes the `bpf` fixture's): its programs' helper calls are told as their
+    C wrote them (inlined, rewritten, removed), others' from the calls the kernel
+    still makes alone.
     """
 
     def __init__(
@@ -95,6 +100,7 @@ class Tracer:
         vmlinux: str | None = None,
         scope: str = "process",
         pmu: str = "hardware",
+        written: WrittenPrograms | None = None,
     ) -> None:
         if isinstance(backend, str):
             backend = parse_name(BackendName, backend)
@@ -107,6 +113,8 @@ class Tracer:
         self.scope: str = parse_name(ScopeKind, scope)
         self._wanted = backend if isinstance(backend, str) else backend.requested
         self._vmlinux = vmlinux
+        #: What the programs of the loader it was given were loaded from (None: none).
+        self.written = written
         self._shared = backend if isinstance(backend, Backend) else None
         #: Backends this tracer resolved itself, by the name asked for (it closes them).
         self._own: dict[str, Backend] = {}
@@ -197,7 +205,14 @@ class Tracer:
         from pytest_lbr.symbols import processes_started
 
         spawned = processes_started(self._vmlinux)
-        finish(capture, done.hits, self._vmlinux, chosen.capabilities, recorded_by=stopped)
+        finish(
+            capture,
+            done.hits,
+            self._vmlinux,
+            chosen.capabilities,
+            recorded_by=stopped,
+            written=self.written,
+        )
         spawned = processes_started(self._vmlinux) - spawned
         if spawned:
             done.notes.append(SYMBOLIZER_NOTE.format(spawned))
@@ -206,7 +221,7 @@ class Tracer:
         trace.complete_from(done)
         from pytest_lbr.symbols.known import TracerNames
 
-        trace.known = TracerNames(parsed)
+        trace.known = TracerNames(parsed, self.written)
         for listener in self.finished:
             listener(trace, parsed)
 
@@ -249,18 +264,20 @@ def finish(
     vmlinux: str | None,
     capabilities: Capabilities,
     recorded_by: float | None = None,
+    written: WrittenPrograms | None = None,
 ) -> list[Hit]:
     """The one step from a capture's hits to a trace's, for a whole trace
     (`Tracer.trace`) and for each batch of a live one (`LiveTrace`): every branch end
     named with the symbolizer's name and file:line (`add_source_lines`; the backend's
     `capabilities` say what a call's source address is), then the capture's `trim`,
-    which cuts what the tracer itself ran and needs those names. Returns `hits`,
-    changed in place."""
+    which cuts what the tracer itself ran and needs those names (`written`: as
+    `add_source_lines`). Returns `hits`, changed in place."""
     add_source_lines(
         hits,
         vmlinux,
         recorded_by=recorded_by,
         call_source_is_return=capabilities.call_source_is_return,
+        written=written,
     )
     capture.trim(hits)
     return hits
@@ -271,10 +288,12 @@ def add_source_lines(
     vmlinux: str | None = None,
     recorded_by: float | None = None,
     call_source_is_return: bool = False,
+    written: WrittenPrograms | None = None,
 ) -> None:
     """Give each branch end the symbolizer's name and file:line where it knows the address
     (`vmlinux`: the debug vmlinux to read lines from; None: auto-discovered;
-    `recorded_by`: when the hits were all recorded, `Symbolizer.locate_many`).
+    `recorded_by`: when the hits were all recorded, and `written`: the book of the
+    loader whose programs' helper calls are told as written, `Symbolizer.locate_many`).
 
     The graph backend names functions from ftrace's text, kept where the
     symbolizer knows no better; the LBR backend gives bare addresses.
@@ -292,7 +311,7 @@ def add_source_lines(
 
     # Names the backend gave (the function tracer's) stand where kallsyms is stale.
     given = {loc.addr for h in hits for b in h.branches for loc in (b.src, b.dst) if loc.symbol}
-    found = get_symbolizer(vmlinux).locate_many(sorted(addrs), recorded_by, given)
+    found = get_symbolizer(vmlinux).locate_many(sorted(addrs), recorded_by, given, written)
 
     def better(loc: Location) -> Location:
         new = found.get(loc.addr)

@@ -65,7 +65,7 @@ class Loaded:
             pytest.skip(f"{OBJECT} not built: run `make -C examples`")
         self.obj = BpfObject(OBJECT)
         self.prog = self.obj.programs["branch_cover"]
-        self.code = read_code(self.prog.fd, "x86_64")
+        self.code = read_code(self.prog.fd, "x86_64", self.obj.written)
         # The lines of each arm that have code (a `return` of a constant has none).
         code_lines = _lines(set(self.code.lines))
         self.ipv4 = _marked("/* arm: ipv4 */") & code_lines

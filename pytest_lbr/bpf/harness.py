@@ -9,6 +9,7 @@
     link.fd                                # the kernel BPF link's fd
     link.close()                           # detached (idempotent)
     obj.programs["dump_task"].iterate()    # SEC("iter/task"): what it wrote, as bytes
+    loader.written                         # what each program was loaded from
     loader.close()                         # closes every object it loaded
 
 Map keys and values are `bytes` of exactly the map's key/value size, or an
@@ -52,6 +53,7 @@ from pytest_lbr.bpf.links import (
 from pytest_lbr.bpf.maps import Map
 from pytest_lbr.bpf.program import PERF_EVENTS, PERMISSION, ROOT_HINT, XDP_MODES, Program, RunResult
 from pytest_lbr.errors import UserError
+from pytest_lbr.programs.written import WrittenPrograms
 
 __all__ = [
     "TC_DIRECTIONS",
@@ -142,11 +144,19 @@ class BpfObject:
     """One loaded BPF ELF object: its `programs` and `maps` by name.
 
     Closing it (or the loader that made it) unloads every program and map
-    that nothing else holds.
+    that nothing else holds. Its programs add what they were loaded from to
+    `written` (its loader's book; a book of its own when none is given).
     """
 
-    def __init__(self, path: str | os.PathLike[str], after_load: AfterLoad | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        after_load: AfterLoad | None = None,
+        written: WrittenPrograms | None = None,
+    ) -> None:
         self.path = Path(path)
+        #: prog id -> what each of its programs was loaded from (`WrittenPrograms`).
+        self.written = written if written is not None else WrittenPrograms()
         self._ptr = _open_and_load(self.path)
         # Exact coverage puts counted programs in place of the loaded ones here.
         running = after_load(self._ptr, self.path) if after_load is not None else {}
@@ -288,15 +298,22 @@ class BpfLoader:
     """Loads BPF objects and closes them all at once: the `bpf` fixture.
 
     A relative path is looked up under `base_dir` first (the fixture passes the
-    test module's directory), then from the current directory.
+    test module's directory), then from the current directory. `written`: the book
+    its programs add what they were loaded from to (a new one when None); hand it to
+    `Tracer(written=...)` so traces describe their helper calls as the C wrote them.
     """
 
     def __init__(
-        self, base_dir: str | os.PathLike[str] | None = None, after_load: AfterLoad | None = None
+        self,
+        base_dir: str | os.PathLike[str] | None = None,
+        after_load: AfterLoad | None = None,
+        written: WrittenPrograms | None = None,
     ) -> None:
         self.base_dir = Path(base_dir) if base_dir is not None else None
         #: Run on each object right after it loads (exact coverage's counters).
         self.after_load = after_load
+        #: prog id -> what each program it loaded was loaded from (`WrittenPrograms`).
+        self.written = written if written is not None else WrittenPrograms()
         self._objects: list[BpfObject] = []
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
@@ -320,7 +337,7 @@ class BpfLoader:
 
     def load(self, path: str | os.PathLike[str]) -> BpfObject:
         """Open and load a BPF ELF object; raises BpfLoadError with the verifier log."""
-        obj = BpfObject(self.resolve(path), self.after_load)
+        obj = BpfObject(self.resolve(path), self.after_load, self.written)
         self._objects.append(obj)
         return obj
 

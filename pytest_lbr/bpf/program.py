@@ -45,7 +45,7 @@ from pytest_lbr.bpf.links import (
 )
 from pytest_lbr.bpf.maps import Map
 from pytest_lbr.bpf.netns import call_in
-from pytest_lbr.programs.written import remember_loaded_from, remember_written
+from pytest_lbr.programs.written import Written, WrittenPrograms
 
 __all__ = [
     "PERF_EVENTS",
@@ -70,6 +70,11 @@ class ProgramOwner(Protocol):
     def closed(self) -> bool: ...
 
     def on_close(self, callback: Callable[[], None]) -> None: ...
+
+    @property
+    def written(self) -> WrittenPrograms:
+        """The book its programs add what they were loaded from to (its loader's)."""
+        ...
 
 
 # Room for data_out beyond data_in: XDP and skb programs may grow the packet
@@ -158,17 +163,17 @@ class Program(NetAttach):
         #: Kernel program tag, 16 hex digits (as in /proc/kallsyms bpf_prog_<tag>_<name>).
         self.tag: str = bytes(info.tag).hex()
         self._type_id: int = info.type
-        # The kernel keeps only the translated instructions: keep what libbpf
-        # loaded, so a trace can tell which helper calls the verifier inlined.
-        # `written`: what runs instead of libbpf's (exact coverage's counters).
+        # The kernel keeps only the translated instructions: the owner's book keeps
+        # what libbpf loaded, so a trace given the book can tell which helper calls
+        # the verifier inlined. `written`: what runs instead of libbpf's (exact
+        # coverage's counters).
         insns = lib.bpf_program__insns(ptr)
         if written is None and insns:
             written = ctypes.string_at(insns, lib.bpf_program__insn_cnt(ptr) * 8)
-        if written:
-            remember_written(self.id, written)
         path = getattr(obj, "path", None)
-        if path is not None:
-            remember_loaded_from(self.id, str(path), self.name)
+        obj.written.add(
+            self.id, Written(written or None, None if path is None else str(path), self.name)
+        )
 
     @property
     def fd(self) -> int:

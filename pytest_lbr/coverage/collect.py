@@ -4,7 +4,7 @@
     collector = CoverageCollector()
     with tracer.trace(prog) as trace:
         prog.run(data=packet)
-    collector.add(trace)
+    collector.add(trace, written=loader.written)
     print("\\n".join(term_missing(collector.book.sorted())))
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 from pytest_lbr.coverage.book import CoverageBook
 from pytest_lbr.coverage.code import ProgramCode
 from pytest_lbr.model import Trace
+from pytest_lbr.programs.written import WrittenPrograms
 
 __all__ = ["CoverageCollector"]
 
@@ -40,13 +41,22 @@ class CoverageCollector:
         self.every_branch = every_branch
         self.arch = arch or os.uname().machine
         self.problems: list[str] = []
-        self._codes: dict[int, ProgramCode | None] = {}
+        #: By program id and the object file it was loaded from (None: not known).
+        self._codes: dict[tuple[int, tuple[str, str] | None], ProgramCode | None] = {}
 
-    def add(self, trace: Trace, targets: Iterable[Any] | None = None, context: str = "") -> None:
+    def add(
+        self,
+        trace: Trace,
+        targets: Iterable[Any] | None = None,
+        context: str = "",
+        written: WrittenPrograms | None = None,
+    ) -> None:
         """Add `trace` (finished; its programs still loaded). `targets`: what was
         traced, as given to `lbr.trace` (default: the trace's own target specs);
         `context`: the test it belongs to (pytest's node id), whose runs the
-        coverage keeps apart too (`ProgramCoverage.contexts`)."""
+        coverage keeps apart too (`ProgramCoverage.contexts`); `written`: the book
+        of the loader of its programs (`BpfLoader.written`), whose object files
+        tell the lines of their inlined calls."""
         found = self._target_programs(targets if targets is not None else trace.targets)
         ids = set(found.values())
         for hit in trace.hits:
@@ -56,7 +66,7 @@ class CoverageCollector:
                         ids.add(loc.program.prog_id)
         found = {t: pid for t, pid in found.items() if pid not in self.counted}
         ids = {pid for pid in ids if pid not in self.counted}
-        codes = {pid: code for pid in ids if (code := self._code(pid)) is not None}
+        codes = {pid: code for pid in ids if (code := self._code(pid, written)) is not None}
         self.book.add_trace(trace, codes, found, every_branch=self.every_branch, context=context)
 
     def _target_programs(self, targets: Iterable[Any]) -> dict[str, int]:
@@ -76,8 +86,9 @@ class CoverageCollector:
                 self._problem(f"coverage: {exc}")
         return out
 
-    def _code(self, prog_id: int) -> ProgramCode | None:
-        if prog_id not in self._codes:
+    def _code(self, prog_id: int, written: WrittenPrograms | None) -> ProgramCode | None:
+        key = (prog_id, written.loaded_from(prog_id) if written is not None else None)
+        if key not in self._codes:
             from pytest_lbr.bpf.libbpf import BpfError
             from pytest_lbr.coverage.program import read_code
             from pytest_lbr.programs.info import open_program
@@ -85,13 +96,13 @@ class CoverageCollector:
             try:
                 fd = open_program(prog_id)
                 try:
-                    self._codes[prog_id] = read_code(fd, self.arch)
+                    self._codes[key] = read_code(fd, self.arch, written)
                 finally:
                     os.close(fd)
             except (BpfError, OSError) as exc:
-                self._codes[prog_id] = None
+                self._codes[key] = None
                 self._problem(f"coverage: cannot read BPF program {prog_id}: {exc}")
-        return self._codes[prog_id]
+        return self._codes[key]
 
     def _problem(self, text: str) -> None:
         if text not in self.problems:

@@ -12,6 +12,7 @@ import functools
 import re
 
 from pytest_lbr.coverage.code import Function, LineRecord, ProgramCode, first_line_record
+from pytest_lbr.programs.written import WrittenPrograms
 
 __all__ = ["declared", "read_code"]
 
@@ -20,8 +21,9 @@ __all__ = ["declared", "read_code"]
 _ARM64_COND = ("cbz", "cbnz", "tbz", "tbnz")
 
 
-def read_code(fd: int, arch: str) -> ProgramCode:
-    """The code of the program behind `fd` (raises BpfError, OSError)."""
+def read_code(fd: int, arch: str, written: WrittenPrograms | None = None) -> ProgramCode:
+    """The code of the program behind `fd` (raises BpfError, OSError); `written`: the
+    book of the loader that loaded it, whose object file tells its inlined calls."""
     from pytest_lbr.kernel.helpers import xlated_insns
     from pytest_lbr.programs.info import Btf, program_details
     from pytest_lbr.programs.lines import jited_image, source_path
@@ -53,23 +55,26 @@ def read_code(fd: int, arch: str) -> ProgramCode:
         jumps = _conditional_jumps(image, functions, arch)
     name = functions[0].name if functions else d.name  # BTF's, not the kernel's 15 bytes
     functions = [declared(fn, records) for fn in functions]
-    inlined = _inlined(d.id, functions, records, len(xlated) // 8)
+    where = written.loaded_from(d.id) if written is not None else None
+    inlined = _inlined(where, functions, records, len(xlated) // 8)
     return ProgramCode(name, d.tag, xlated, tuple(functions), tuple(records), jumps, inlined)
 
 
 def _inlined(
-    prog_id: int, functions: list[Function], records: list[LineRecord], count: int
+    where: tuple[str, str] | None,
+    functions: list[Function],
+    records: list[LineRecord],
+    count: int,
 ) -> tuple[tuple[int, int, str, int], ...]:
-    """The inlined calls of a program the `bpf` fixture loaded, by translated
+    """The inlined calls of a program loaded from the object file `where` (its path
+    and the program's function; None: not known, no calls told), by translated
     instruction: the object's DWARF gives each inlined copy's range in the object's
     instructions, and its line records (`.BTF.ext`) are the kernel's, one for one and
     in order, so a copy's records are the kernel's records of the same rank. Where
     they do not match (the verifier removed code, and its records), none is told."""
     from pytest_lbr.programs.inlined import object_facts
     from pytest_lbr.programs.lines import source_path
-    from pytest_lbr.programs.written import loaded_from
 
-    where = loaded_from(prog_id)
     if where is None:
         return ()
     try:

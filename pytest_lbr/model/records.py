@@ -134,8 +134,10 @@ class ProgramCalls:
         calls left no call and this kernel's facts cannot tell inlined from removed."""
         if not self.written:
             return (
-                f"{self.program} was loaded outside the bpf fixture: its calls as the C "
-                "wrote them are not known (load its object with bpf.load(...))"
+                f"{self.program} was loaded outside the bpf fixture (or by a BpfLoader "
+                "whose book the tracer was not given: Tracer(written=loader.written)): "
+                "its calls as the C wrote them are not known (load its object with "
+                "bpf.load(...))"
             )
         if any(c.fate == "unknown" and helper_matches(c.helper, helper) for c in self.calls):
             return (

@@ -21,7 +21,7 @@ from pytest_lbr import guest_mode
 from pytest_lbr.errors import BCC_MISSING, bcc_import_failed, one_line
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, ScopeKind, choices
 from pytest_lbr.plugin.session import SESSION_KEY, LbrSession
-from pytest_lbr.plugin.shared import option_group
+from pytest_lbr.plugin.shared import option_group, written_of
 
 if TYPE_CHECKING:  # for IDEs and type checkers: the fixtures' types, imported on use
     from pytest_lbr.bpf import BpfLoader, VethPair
@@ -228,7 +228,12 @@ def bpf(request: pytest.FixtureRequest) -> Generator[BpfLoader, None, None]:
     from pytest_lbr.bpf import BpfLoader  # type: ignore[import-not-found,unused-ignore]
     from pytest_lbr.plugin.coverage import load_hook
 
-    loader = BpfLoader(request.path.parent, after_load=load_hook(request.config))
+    # Its book is the test's: the `lbr` fixture's tracer reads it (`written_of`).
+    loader = BpfLoader(
+        request.path.parent,
+        after_load=load_hook(request.config),
+        written=written_of(request.node),
+    )
     try:
         yield loader
     finally:

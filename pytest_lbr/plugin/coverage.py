@@ -117,11 +117,14 @@ class CoverageSession:
             self._exact.read_into(self.collector.book, self.context)
 
     def watch(self, tracer: Any) -> None:
-        """Collect every trace `tracer` finishes."""
-        tracer.finished.append(self._add)
+        """Collect every trace `tracer` finishes, with the tracer's book of what its
+        programs were loaded from (`Tracer.written`, the `bpf` fixture's)."""
 
-    def _add(self, trace: Trace, targets: list[Target]) -> None:
-        self.collector.add(trace, targets, context=self.context)
+        def add(trace: Trace, targets: list[Target]) -> None:
+            written = getattr(tracer, "written", None)
+            self.collector.add(trace, targets, context=self.context, written=written)
+
+        tracer.finished.append(add)
 
     def worker_done(self, node: Any) -> None:
         """xdist controller: add a worker's coverage."""

@@ -33,6 +33,7 @@ from pytest_lbr.plugin.shared import (
     known_record,
     option,
     record_of,
+    written_of,
 )
 from pytest_lbr.progress import ProgressCallback, set_progress
 
@@ -156,6 +157,7 @@ class LbrSession:
             filter=self.filter,
             vmlinux=str(self.vmlinux) if self.vmlinux else None,
             scope=self.scope,
+            written=written_of(item),  # the `bpf` fixture's loader adds to it
         )
         # Before the body: what the first trace would otherwise do in the test's
         # process (a tracefs instance made with mkdir...), which the test's own

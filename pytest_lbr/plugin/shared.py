@@ -1,5 +1,6 @@
-"""What the plugin's parts share: each test's `TestRecord`, options read one way,
-where this process runs under pytest-xdist, and the session's tracing verdict.
+"""What the plugin's parts share: each test's `TestRecord` and `WrittenPrograms` book,
+options read one way, where this process runs under pytest-xdist, and the session's
+tracing verdict.
 
 The lbr session (`session.py`), the golden checks (`golden.py`), the kernel-splat
 watch (`splats.py`), the results file (`results_writer.py`) and coverage
@@ -14,6 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from pytest_lbr.names import Name, choices, parse_name
+from pytest_lbr.programs.written import WrittenPrograms
 from pytest_lbr.report.record import TestRecord
 
 __all__ = [
@@ -26,9 +28,11 @@ __all__ = [
     "option_group",
     "record_of",
     "tracing_verdict",
+    "written_of",
 ]
 
 _RECORD_KEY = pytest.StashKey[TestRecord]()
+_WRITTEN_KEY = pytest.StashKey[WrittenPrograms]()
 
 
 class TracingVerdict(NamedTuple):
@@ -52,6 +56,14 @@ def record_of(item: pytest.Item) -> TestRecord:
     if _RECORD_KEY not in item.stash:
         item.stash[_RECORD_KEY] = TestRecord(item.nodeid)
     return item.stash[_RECORD_KEY]
+
+
+def written_of(item: pytest.Item) -> WrittenPrograms:
+    """The test's book of what its `bpf` fixture's programs were loaded from: the
+    fixture's loader adds to it, its `lbr` tracer reads it (made on first use)."""
+    if _WRITTEN_KEY not in item.stash:
+        item.stash[_WRITTEN_KEY] = WrittenPrograms()
+    return item.stash[_WRITTEN_KEY]
 
 
 def known_record(item: pytest.Item) -> TestRecord | None:

@@ -40,7 +40,7 @@ from ..kernel.helpers import (
     xlated_insns,
 )
 from ..model import HelperCall, ProgramCalls
-from .written import written_insns
+from .written import WrittenPrograms
 
 __all__ = [
     "JIT_INLINED",
@@ -273,16 +273,23 @@ class HelperNames:
         self._facts = Facts(self.protos, self.map_ops)
 
     def describe(
-        self, fd: int, prog_id: int, names: tuple[str, str], functions: Sequence[str]
+        self,
+        fd: int,
+        prog_id: int,
+        names: tuple[str, str],
+        functions: Sequence[str],
+        written: WrittenPrograms | None = None,
     ) -> ProgramCalls:
         """The helper calls of program `prog_id` (`names`: its name as the C wrote
         it and the kernel's 15-byte one; `functions` in the kernel's func_info
-        order) behind `fd`, as written and as translated."""
+        order) behind `fd`, as written (where the book `written` has its
+        instructions) and as translated."""
         try:
             raw = xlated_insns(fd)
         except BpfError:
             raw = b""
-        code = ProgramCode(names[0], prog_id, tuple(functions), raw, written_insns(prog_id))
+        insns = written.insns(prog_id) if written is not None else None
+        code = ProgramCode(names[0], prog_id, tuple(functions), raw, insns)
         calls = describe_calls(code, self._call_base, self._locate, self.ids, self._facts)
         return replace(calls, kernel_name=names[1])
 

@@ -27,6 +27,7 @@ from ..kernel.helpers import BPF_MAP_TYPE_PROG_ARRAY, map_type
 from ..model import KERNEL_NAME_MAX, Location, ProgramCalls
 from .helper_calls import tail_callers
 from .info import Btf, open_program, program_details, program_ids
+from .written import WrittenPrograms
 
 __all__ = [
     "BpfPrograms",
@@ -56,10 +57,13 @@ class ProgramLines:
     funcs: list[_Func]
     #: (jit address, file, line), sorted by address.
     lines: list[tuple[int, str | None, int]]
-    #: Its helper calls as written and as translated (None: not described).
+    #: Its helper calls as written and as translated (None: not described), as
+    #: described for the last reader (`BpfPrograms.read`).
     calls: ProgramCalls | None = None
     #: The kernel's name for it (15 bytes at most): `name` is the C's.
     kernel_name: str = ""
+    #: The instructions as written `calls` were described from (None: none known).
+    described_from: bytes | None = None
 
     def locate(self, addr: int) -> Location | None:
         """The Location of `addr` if it is inside this program's JIT image."""
@@ -186,12 +190,15 @@ class BpfPrograms:
     new (`refresh`), and its line tables and helper calls, read the first time an
     address falls inside it (`locate`, `program_at`) or someone asks (`read`)."""
 
-    def __init__(self, describe: Callable[[int, ProgramLines], ProgramCalls] | None = None) -> None:
+    def __init__(
+        self,
+        describe: Callable[[int, ProgramLines, WrittenPrograms | None], ProgramCalls] | None = None,
+    ) -> None:
         #: Every program loaded at the last refresh (less those found gone since).
         self.spans: dict[int, ProgramSpan] = {}
         #: The programs whose tables have been read: a subset of `spans`.
         self.programs: dict[int, ProgramLines] = {}
-        #: Describes a newly read program's helper calls (fd, its tables).
+        #: Describes a program's helper calls (fd, its tables, the reader's book).
         self.describe = describe
         #: map id -> BPF_MAP_TYPE_*, of the maps the known programs use.
         self._map_types: dict[int, int] = {}
@@ -232,23 +239,33 @@ class BpfPrograms:
                 if prog.calls is not None:
                     prog.calls = replace(prog.calls, tail_called_by=callers.get(pid, ()))
 
-    def read(self, prog_id: int) -> ProgramLines | None:
+    def read(self, prog_id: int, written: WrittenPrograms | None = None) -> ProgramLines | None:
         """The tables of program `prog_id`, read now if not yet; None if it is not
-        known, unloaded since the last refresh, or unreadable."""
+        known, unloaded since the last refresh, or unreadable. Its `calls` are
+        described with the instructions the book `written` has for it (none: from
+        its translated instructions alone), again when they differ from the last
+        reader's."""
+        insns = written.insns(prog_id) if written is not None else None
         prog = self.programs.get(prog_id)
-        if prog is not None or prog_id not in self.spans:
+        if prog is not None and (self.describe is None or prog.described_from is insns):
             return prog
+        if prog is None and prog_id not in self.spans:
+            return None
         try:
             fd = open_program(prog_id)
         except BpfError:
-            del self.spans[prog_id]  # unloaded: a new program may be JITed there
+            self.spans.pop(prog_id, None)  # unloaded: a new program may be JITed there
+            self.programs.pop(prog_id, None)
             return None
         try:
-            prog = read_program(fd)
+            if prog is None:
+                prog = read_program(fd)
             if self.describe is not None:
-                prog.calls = self.describe(fd, prog)
+                prog.calls = self.describe(fd, prog, written)
+                prog.described_from = insns
         except OSError:  # BpfError; a kernel-wide fact `describe` could not read
-            del self.spans[prog_id]  # tried again after the next refresh, as when new
+            self.spans.pop(prog_id, None)  # tried again after the next refresh, as when new
+            self.programs.pop(prog_id, None)
             return None
         finally:
             os.close(fd)
@@ -257,20 +274,22 @@ class BpfPrograms:
         self.programs[prog_id] = prog
         return prog
 
-    def program_at(self, addr: int) -> ProgramLines | None:
-        """The tables of the program whose JITed code holds `addr` (read if need be)."""
+    def program_at(self, addr: int, written: WrittenPrograms | None = None) -> ProgramLines | None:
+        """The tables of the program whose JITed code holds `addr` (read if need be;
+        `written`: as `read`)."""
         last = self._last  # a trace's addresses come mostly from one program
         if last is not None and addr in last and self.spans.get(last.prog_id) is last:
-            return self.read(last.prog_id)
+            return self.read(last.prog_id, written)
         for span in self.spans.values():
             if addr in span:
                 self._last = span
-                return self.read(span.prog_id)
+                return self.read(span.prog_id, written)
         return None
 
-    def locate(self, addr: int) -> Location | None:
-        """The Location of a JIT address among the loaded programs, or None."""
-        prog = self.program_at(addr)
+    def locate(self, addr: int, written: WrittenPrograms | None = None) -> Location | None:
+        """The Location of a JIT address among the loaded programs, or None
+        (`written`: the book its program's helper calls are described with)."""
+        prog = self.program_at(addr, written)
         return prog.locate(addr) if prog is not None else None
 
     def _tail_callers(self) -> dict[int, tuple[str, ...]]:

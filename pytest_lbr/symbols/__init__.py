@@ -24,7 +24,7 @@ from ..kernel.helpers import xlated_insns
 from ..model import InlineFrame, Location, ProgramCalls
 from ..programs.helper_calls import HelperNames
 from ..programs.lines import BpfPrograms, ProgramLines
-from ..programs.written import written_insns
+from ..programs.written import WrittenPrograms
 from .frame import Frame
 from .kallsyms import KALLSYMS, KernelSymbols, Symbol, live_kallsyms
 from .vmlinux import VmlinuxError, VmlinuxLines, find_vmlinux
@@ -96,15 +96,16 @@ class Symbolizer:
         """What debug vmlinux is used, or why kernel addresses get no file:line."""
         return self._status
 
-    def locate(self, addr: int) -> Location:
-        """Symbolize one live address."""
-        return self.locate_many([addr])[addr]
+    def locate(self, addr: int, written: WrittenPrograms | None = None) -> Location:
+        """Symbolize one live address (`written`: as `locate_many`)."""
+        return self.locate_many([addr], written=written)[addr]
 
     def locate_many(
         self,
         addrs: Iterable[int],
         recorded_by: float | None = None,
         named: Collection[int] = (),
+        written: WrittenPrograms | None = None,
     ) -> dict[int, Location]:
         """Symbolize many live addresses; kernel lines are looked up in one batch.
 
@@ -113,13 +114,20 @@ class Symbolizer:
         so it is not read again for them. `named`: addresses the caller has a name
         for already (the function tracer's): JIT code no live program holds (a
         trampoline) is left unnamed among them (`Location(addr)`) rather than
-        named by a re-read of the whole of kallsyms, or by a stale one.
+        named by a re-read of the whole of kallsyms, or by a stale one. `written`:
+        the instructions the caller's loader loaded its programs from (`BpfLoader.written`):
+        a BPF program's helper calls are told as its C wrote them where the book
+        has it, else from its translated instructions alone.
         """
         with self._lock:
-            return self._locate_many(set(addrs), recorded_by, named)
+            return self._locate_many(set(addrs), recorded_by, named, written)
 
     def _locate_many(
-        self, addrs: set[int], recorded_by: float | None, named: Collection[int] = ()
+        self,
+        addrs: set[int],
+        recorded_by: float | None,
+        named: Collection[int] = (),
+        written: WrittenPrograms | None = None,
     ) -> dict[int, Location]:
         # The core kernel's names and lines never change while it runs: each address
         # is named once (before the helper step below, which is kept as it was).
@@ -137,14 +145,14 @@ class Symbolizer:
             bpf_refreshed = True
         in_core = self.kallsyms.in_core  # no program's code is there: not looked up
         for addr in sorted(addrs):
-            loc = self._locate_bpf(addr) if self._bpf_read and not in_core(addr) else None
+            loc = self._locate_bpf(addr, written) if self._bpf_read and not in_core(addr) else None
             if loc is None:
                 sym = self.kallsyms.lookup(addr)
                 if addr in named and not reloaded and self._in_jit_space(addr, sym):
                     if not bpf_refreshed:
                         self._refresh_bpf()
                         bpf_refreshed = True
-                    out[addr] = self._locate_bpf(addr) or Location(addr)
+                    out[addr] = self._locate_bpf(addr, written) or Location(addr)
                     continue
                 if not (bpf_refreshed and reloaded) and self._looks_new(addr, sym):
                     # Loaded after we read program info: read it again. A program's
@@ -153,13 +161,13 @@ class Symbolizer:
                     if not bpf_refreshed:
                         self._refresh_bpf()
                         bpf_refreshed = True
-                        loc = self._locate_bpf(addr)
+                        loc = self._locate_bpf(addr, written)
                     if loc is None and not reloaded:
                         reloaded = True
                         self.kallsyms.reload()
                         sym = self.kallsyms.lookup(addr)
                 if loc is None and sym is not None and sym.module == "bpf":
-                    loc = self._locate_bpf(addr) if self._bpf_read else None
+                    loc = self._locate_bpf(addr, written) if self._bpf_read else None
             if loc is not None:
                 out[addr] = loc
                 continue
@@ -191,8 +199,11 @@ class Symbolizer:
                     out[a] = dataclasses.replace(loc, helper=protos[loc.symbol])
         return out
 
-    def _describe(self, fd: int, prog: ProgramLines) -> ProgramCalls:
-        """Helper calls of a newly read BPF program (kernel-wide facts read on first use)."""
+    def _describe(
+        self, fd: int, prog: ProgramLines, written: WrittenPrograms | None
+    ) -> ProgramCalls:
+        """Helper calls of a BPF program, as written where the book `written` has it
+        (kernel-wide facts read on first use)."""
         if self._helpers is None:
             protos = self.kallsyms.protos
             if protos is None:  # a table read from a file: the live one has them
@@ -207,12 +218,12 @@ class Symbolizer:
                 protos or [],
             )
         names, functions = (prog.name, prog.kernel_name), tuple(f.name for f in prog.funcs)
-        shape = _shape(fd, prog.prog_id, names, functions)
+        shape = _shape(fd, prog.prog_id, names, functions, written)
         known = self._described.pop(shape, None) if shape is not None else None
         if shape is not None and known is not None:
             self._described[shape] = known  # the newest last: the oldest goes first
             return dataclasses.replace(known, prog_id=prog.prog_id)
-        calls = self._helpers.describe(fd, prog.prog_id, names, list(functions))
+        calls = self._helpers.describe(fd, prog.prog_id, names, list(functions), written)
         self.described += 1
         if shape is not None:
             self._described[shape] = calls
@@ -266,8 +277,8 @@ class Symbolizer:
             pass
         self._bpf_read = True
 
-    def _locate_bpf(self, addr: int) -> Location | None:
-        return self.bpf.locate(addr)
+    def _locate_bpf(self, addr: int, written: WrittenPrograms | None) -> Location | None:
+        return self.bpf.locate(addr, written)
 
 
 #: Programs' helper-call descriptions a symbolizer keeps: a long session loads many.
@@ -277,19 +288,24 @@ _MAX_CORE = 1 << 16
 
 
 def _shape(
-    fd: int, prog_id: int, names: tuple[str, str], functions: tuple[str, ...]
+    fd: int,
+    prog_id: int,
+    names: tuple[str, str],
+    functions: tuple[str, ...],
+    written: WrittenPrograms | None,
 ) -> tuple[object, ...] | None:
     """What a program's helper calls are worked out from (`HelperNames.describe`): its
     names, its functions, its translated instructions and those it was loaded from,
     each without the values of its 64-bit loads (a map's id or address, new at each
-    load: nothing a call is read from). A program loaded again (a test's fixture) has
-    the same shape, and so the same calls; None where its instructions are unreadable."""
+    load: nothing a call is read from; those it was loaded from as the book `written`
+    has them, else none). A program loaded again (a test's fixture) has the same
+    shape, and so the same calls; None where its instructions are unreadable."""
     try:
         xlated = xlated_insns(fd)
     except BpfError:
         return None
-    written = written_insns(prog_id)
-    loaded = None if written is None else without_constants(written)
+    insns = written.insns(prog_id) if written is not None else None
+    loaded = None if insns is None else without_constants(insns)
     return (names, functions, without_constants(xlated), loaded)
 
 

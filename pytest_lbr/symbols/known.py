@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 from pytest_lbr.kernel.helpers import helper_ids
 from pytest_lbr.model import ProgramCalls
+from pytest_lbr.programs.written import WrittenPrograms
 from pytest_lbr.symbols.kallsyms import live_kallsyms
 from pytest_lbr.targets import Target
 
@@ -37,10 +38,12 @@ def _helper_names() -> frozenset[str]:
 class TracerNames:
     """The names a finished trace's queries may use beyond its own records
     (`pytest_lbr.model.KnownNames`): its target programs', and every helper, kernel
-    function and loaded BPF function of this kernel."""
+    function and loaded BPF function of this kernel. `written`: the tracer's book
+    (`Tracer.written`), with which the target programs' helper calls are described."""
 
-    def __init__(self, targets: Iterable[Target]) -> None:
+    def __init__(self, targets: Iterable[Target], written: WrittenPrograms | None = None) -> None:
         self._targets = [t for t in targets if t.is_program]
+        self._written = written
         self._traced: list[tuple[str, ...]] | None = None
         self._ids: list[int] = []
         self._calls: list[ProgramCalls] | None = None
@@ -71,13 +74,13 @@ class TracerNames:
             programs = get_symbolizer().bpf
             out: list[ProgramCalls] = []
             for prog_id in self._ids:
-                tables = programs.read(prog_id)
+                tables = programs.read(prog_id, self._written)
                 if tables is None:  # loaded after the symbolizer last looked
                     try:
                         programs.refresh()
                     except OSError:
                         continue
-                    tables = programs.read(prog_id)
+                    tables = programs.read(prog_id, self._written)
                 if tables is not None and tables.calls is not None:
                     out.append(tables.calls)
             self._calls = out

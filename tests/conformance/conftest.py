@@ -105,7 +105,7 @@ def lbr(lbr: Tracer, tracer_kind: str, request: pytest.FixtureRequest) -> Iterat
     tracer: Tracer = request.getfixturevalue("software_lbr")
     if not tracer.available:
         pytest.fail(f"lbr backend on software perf events: {tracer.reason}", pytrace=False)
-    tracer.scope, tracer.traces = lbr.scope, lbr.traces
+    tracer.scope, tracer.traces, tracer.written = lbr.scope, lbr.traces, lbr.written
     request.node.add_marker(pytest.mark.allow_skip)  # only LbrPath's refusals skip
     yield tracer
 

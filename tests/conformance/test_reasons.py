@@ -20,7 +20,6 @@ from pytest_lbr.kernel.helpers import xlated_insns
 from pytest_lbr.macros import MACRO_HELPERS
 from pytest_lbr.model import Branch, Hit, Trace
 from pytest_lbr.programs.info import program_details
-from pytest_lbr.programs.written import written_insns
 from pytest_lbr.symbols import get_symbolizer
 
 OBJECTS = ("exec_tp", "unlink_fentry", "ksyscall", "iter_task")
@@ -38,10 +37,10 @@ def test_every_stated_reason_holds_in_the_translated_instructions(bpf, built, na
     checked = 0
     for prog in obj.programs.values():
         main = program_details(prog.fd).functions[0][0]
-        where = get_symbolizer().locate(main)
+        where = get_symbolizer().locate(main, written=bpf.written)
         calls = where.program
         assert calls is not None, f"{prog.name}: not described ({where})"
-        written = written_insns(prog.id)
+        written = bpf.written.insns(prog.id)
         assert written is not None
         vanished = helper_calls(written) - helper_calls(xlated_insns(prog.fd))
         # Inlined and removed (unreachable) calls both leave no call behind.

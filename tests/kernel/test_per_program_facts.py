@@ -21,6 +21,7 @@ from pytest_lbr.capture.implied import flow_of, flows_worked_out, program_flow, 
 from pytest_lbr.kernel.functions import filter_functions_text
 from pytest_lbr.kernel.tracefs import find_tracefs
 from pytest_lbr.model import Location, Trace
+from pytest_lbr.programs.written import WrittenPrograms
 from pytest_lbr.symbols import get_symbolizer
 from pytest_lbr.symbols.kallsyms import live_kallsyms
 from pytest_lbr.tracer import Tracer
@@ -36,7 +37,7 @@ XDP_PASS = 2
 @pytest.fixture
 def graph() -> Iterator[Tracer]:
     """A graph-backend tracer of its own (the facts below are the graph backend's)."""
-    with Tracer(backend="graph") as tracer:
+    with Tracer(backend="graph", written=WrittenPrograms()) as tracer:
         tracer.prepare()
         yield tracer
 
@@ -67,7 +68,7 @@ def named_from_its_tables(trace: Trace) -> None:
 
 @pytest.mark.slow
 def test_a_program_traced_twice_is_read_once(graph: Tracer) -> None:
-    with BpfLoader() as bpf:
+    with BpfLoader(written=graph.written) as bpf:
         prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
         traced_run(graph, prog)
         tables = get_symbolizer().bpf.programs[prog.id]
@@ -81,11 +82,13 @@ def test_a_program_traced_twice_is_read_once(graph: Tracer) -> None:
 
 @pytest.mark.slow
 def test_a_new_program_costs_no_read_of_kallsyms(graph: Tracer) -> None:
-    with BpfLoader() as bpf:  # the session's first trace may read kallsyms: not counted
+    with BpfLoader(
+        written=graph.written
+    ) as bpf:  # the session's first trace may read kallsyms: not counted
         traced_run(graph, bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"])
     read_at, flows = live_kallsyms().read_at, flows_worked_out()
     for _ in range(2):  # each a program loaded anew, with a new return hook
-        with BpfLoader() as bpf:
+        with BpfLoader(written=graph.written) as bpf:
             prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
             trace = traced_run(graph, prog)
             assert live_kallsyms().read_at == read_at
@@ -99,7 +102,7 @@ def test_a_program_loaded_again_has_its_helper_calls_worked_out_once(graph: Trac
     taken from the first load's (the same instructions, but for its maps' ids)."""
     seen = []
     for _ in range(2):
-        with BpfLoader() as bpf:
+        with BpfLoader(written=graph.written) as bpf:
             prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
             named_from_its_tables(traced_run(graph, prog))
             calls = get_symbolizer().bpf.programs[prog.id].calls
@@ -119,7 +122,7 @@ def test_a_program_loaded_again_takes_its_flow_from_its_shape(graph: Tracer) -> 
     traceable = frozenset(n for n in available.splitlines() if n and " " not in n)
     shapes = []
     for _ in range(2):
-        with BpfLoader() as bpf:
+        with BpfLoader(written=graph.written) as bpf:
             prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
             anew = program_flow(prog.fd, traceable.__contains__, live_kallsyms())
             assert anew is not None and anew.sites

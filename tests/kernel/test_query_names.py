@@ -155,3 +155,23 @@ def test_a_query_about_an_unknown_name_raises(bpf, lbr):
     assert not tp_trace.called("bpf_get_prandom_u32")
     # A kernel function that exists and was not called from it: False.
     assert not tp_trace.called("tcp_v4_connect", by=TP_PROG)
+
+
+def test_a_tracer_not_given_the_loader_s_book_knows_only_the_kernel_s_calls(bpf, lbr):
+    """The `lbr` fixture's tracer is given the `bpf` fixture's book of what its programs
+    were loaded from; without it a trace knows only the calls the kernel still makes,
+    and neither answer depends on the other, asked in turn (issue 52)."""
+    assert lbr.written is bpf.written
+    xdp = bpf.load(OBJ).programs[XDP_PROG]
+    traces = []
+    for written in (bpf.written, None, bpf.written):
+        lbr.written = written
+        with lbr.trace(xdp) as trace:
+            assert xdp.run(data=bytes(64)).retval == 2  # XDP_PASS
+        traces.append(trace)
+    told, untold, told_again = (t.programs()[XDP_PROG] for t in traces)
+    assert told.written and told_again == told
+    assert traces[0].removed("bpf_printk", by=XDP_PROG)
+    assert not untold.written
+    with pytest.raises(TraceQueryError, match="loaded outside the bpf fixture"):
+        traces[1].removed("bpf_printk", by=XDP_PROG)

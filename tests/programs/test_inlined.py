@@ -53,7 +53,7 @@ def test_the_kernels_code_of_a_loaded_program_knows_its_inlined_calls() -> None:
     want = {c.line for c in inlined_calls(obj)}
     with BpfLoader() as loader:
         prog = loader.load(obj).programs["xdp_filter"]
-        code = read_code(prog.fd, "x86_64")
+        code = read_code(prog.fd, "x86_64", loader.written)
     assert {ln for _, _, _, ln in code.inlined} == want
     assert {(f, ln) for _, _, f, ln in code.inlined} <= code.lines
     main = code.functions[0]

@@ -162,7 +162,8 @@ def test_a_real_program_that_did_not_run_is_asked_through_its_tables() -> None:
     with BpfLoader() as bpf:
         prog = bpf.load(bpf_object("xdp_helpers")).programs["xdp_helpers"]
         targets = [parse_target(prog)]
-        trace = Trace(targets=[str(t) for t in targets], known=TracerNames(targets))
+        known = TracerNames(targets, bpf.written)
+        trace = Trace(targets=[str(t) for t in targets], known=known)
         assert not trace.programs()  # no record of its code
         assert not trace.inlined("bpf_csum_diff", by="xdp_helpers")  # a call it still makes
         assert not trace.removed("bpf_xdp_adjust_head", by="xdp_helpers")
