@@ -26,9 +26,14 @@ def test_a_thread_belongs_to_its_process_and_a_gone_one_to_none() -> None:
 
 
 def test_a_live_threads_command_name_and_a_gone_ones() -> None:
-    child = subprocess.Popen(["sleep", "5"])
+    # A line echoed back proves the child runs `cat` (not python still, before its exec).
+    child = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
     try:
-        assert live_comm(child.pid) == "sleep"
+        child.stdin.write(b"ready\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == b"ready\n"
+        assert live_comm(child.pid) == "cat"
     finally:
         child.kill()
         child.wait()
