@@ -22,86 +22,38 @@ Exit status: 0 success (trace ended by Ctrl-C included), 1 `diff` found a
 difference, `doctor` found tracing impossible or `fetch-vmlinux` could not
 fetch, 2 usage or input error, 130 a second Ctrl-C cut a collection short.
 
-This package: the command line and `fetch-vmlinux`, `selftest` (here); a command per
-file for the larger ones: `trace.py`, `diff.py`, `doctor.py`; `status.py` (the exit
-statuses and the usage error they share); `fetch_vmlinux.py` (the one place that runs
-apt-get, for `fetch-vmlinux`). Tested by tests/test_cli.py, test_arm64_vmlinux.py, and
+This package: the command line (here) and a module per command: `trace.py`, `diff.py`,
+`doctor.py`, `fetch_vmlinux.py` (the one place that runs apt-get), `selftest.py`;
+`status.py` (the usage error they share; the exit statuses: `pytest_lbr.exit_codes`). Tested by tests/test_cli.py, test_arm64_vmlinux.py, and
 in the guests by tests/kernel/test_cli_kernel.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TextIO
 
 from pytest_lbr.cli.diff import run_diff
 from pytest_lbr.cli.doctor import DoctorCheck, doctor_checks, mount_check, run_doctor
 from pytest_lbr.cli.status import UsageError
 from pytest_lbr.cli.trace import run_trace
-from pytest_lbr.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from pytest_lbr.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from pytest_lbr.names import BackendName, ColorWhen, LbrFilter, PmuName, choices
 from pytest_lbr.progress import set_progress
 
 __all__ = ["DoctorCheck", "build_parser", "doctor_checks", "main", "mount_check"]
 
 
-# -- fetch-vmlinux ----------------------------------------------------------------
-
-
-def _fetch_vmlinux(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pytest_lbr.cli.fetch_vmlinux import fetch_debian_dbg
-    from pytest_lbr.symbols.vmlinux import VmlinuxError
-
-    release = args.release or os.uname().release
-    try:
-        path = fetch_debian_dbg(release)
-    except (VmlinuxError, OSError) as exc:
-        print(f"pytest-lbr: cannot fetch the debug vmlinux of {release}: {exc}", file=err)
-        return EXIT_FAILED
-    print(path, file=out)  # alone on stdout: --lbr-vmlinux=$(pytest-lbr fetch-vmlinux)
-    return EXIT_OK
-
-
-# -- selftest ---------------------------------------------------------------------
-
-
-def _selftest(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from pytest_lbr import selftest
-
-    if args.compare:
-        from pytest_lbr.selftest.compare import ReportError, compare_reports
-
-        try:
-            results = compare_reports(Path(args.compare[0]), Path(args.compare[1]))
-        except ReportError as exc:
-            raise UsageError(str(exc)) from None
-        for r in results:
-            print(r, file=out)
-        return EXIT_FAILED if any(r.status == selftest.FAIL for r in results) else EXIT_OK
-    print(f"pytest-lbr selftest: kernel {os.uname().release} {os.uname().machine}", file=out)
-    bundle = selftest.run_selftest(
-        args.vmlinux,
-        doctor=lambda: doctor_checks(args.vmlinux),
-        progress=lambda line: print(line, file=out, flush=True),
-    )
-    try:
-        paths = selftest.write_bundle(bundle, Path(args.out))
-    except OSError as exc:
-        print(
-            f"pytest-lbr: cannot write the bundle to {args.out}: {exc.strerror} (pass --out DIR)",
-            file=err,
-        )
-        return EXIT_FAILED
-    print(bundle.text().splitlines()[-1], file=out)
-    print(f"bundle: {paths[0]} {paths[1]} (attach both to an issue)", file=out)
-    return EXIT_FAILED if bundle.failed else EXIT_OK
-
-
 # -- command line -----------------------------------------------------------------
+
+
+def _command(module: str, name: str) -> Callable[[argparse.Namespace, TextIO, TextIO], int]:
+    """Command `name` of `pytest_lbr.cli.<module>`, imported on first use."""
+    import importlib
+
+    return getattr(importlib.import_module(f"pytest_lbr.cli.{module}"), name)  # type: ignore[no-any-return]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -247,12 +199,13 @@ def main(
         from pytest_lbr.bisect.driver import main as bisect_main
 
         return bisect_main(argv[1:], out, err)
+    # A module a command; the two that read debug images are imported when asked for.
     commands = {
         "trace": run_trace,
         "diff": run_diff,
         "doctor": run_doctor,
-        "fetch-vmlinux": _fetch_vmlinux,
-        "selftest": _selftest,
+        "fetch-vmlinux": lambda *a: _command("fetch_vmlinux", "run_fetch_vmlinux")(*a),
+        "selftest": lambda *a: _command("selftest", "run_selftest")(*a),
     }
     previous = set_progress(lambda message: print(f"pytest-lbr: {message}", file=err, flush=True))
     try:

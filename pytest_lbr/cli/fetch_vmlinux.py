@@ -9,18 +9,21 @@ read from the tar stream of `dpkg-deb --fsys-tarfile` (no shell, no tar).
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
+from pytest_lbr.exit_codes import EXIT_FAILED, EXIT_OK
 from pytest_lbr.progress import progress
 from pytest_lbr.symbols.cache import cache_dir
 from pytest_lbr.symbols.vmlinux import VmlinuxError, fetched_path
 
-__all__ = ["extract_vmlinux", "fetch_debian_dbg"]
+__all__ = ["extract_vmlinux", "fetch_debian_dbg", "run_fetch_vmlinux"]
 
 
 def fetch_debian_dbg(release: str, directory: Path | None = None) -> str:
@@ -117,3 +120,15 @@ def extract_vmlinux(deb: Path, release: str, target: Path) -> None:
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def run_fetch_vmlinux(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """`pytest-lbr fetch-vmlinux [RELEASE]`: its path alone on stdout."""
+    release = args.release or os.uname().release
+    try:
+        path = fetch_debian_dbg(release)
+    except (VmlinuxError, OSError) as exc:
+        print(f"pytest-lbr: cannot fetch the debug vmlinux of {release}: {exc}", file=err)
+        return EXIT_FAILED
+    print(path, file=out)  # alone on stdout: --lbr-vmlinux=$(pytest-lbr fetch-vmlinux)
+    return EXIT_OK
