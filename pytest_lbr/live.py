@@ -35,6 +35,7 @@ from pytest_lbr.capture import (
     backend_class,
     resolve_backend,
 )
+from pytest_lbr.kernel.tasks import live_comm
 from pytest_lbr.model import Branch, Hit, Location
 from pytest_lbr.names import BackendName, LbrFilter, PmuName, parse_name
 from pytest_lbr.targets import Target, parse_targets
@@ -117,14 +118,6 @@ def hit_json(hit: Hit) -> dict[str, Any]:
         "timestamp_ns": hit.timestamp_ns,
         "branches": [_branch_json(b) for b in hit.branches],
     }
-
-
-def _task_comm(tid: int) -> str:
-    try:
-        with open(f"/proc/{tid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 class LiveTrace:
@@ -310,5 +303,5 @@ class LiveTrace:
         for h in hits:
             # ftrace names a task it has not cached as "<...>".
             if not h.comm or h.comm == "<...>":
-                h.comm = _task_comm(h.tid) or h.comm
+                h.comm = live_comm(h.tid) or h.comm
         return hits
